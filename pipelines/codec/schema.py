@@ -1,0 +1,571 @@
+"""Record layouts as data: load ``schemas/records/*.yaml`` and compile them into Python.
+
+The declarations use the vocabulary of Kafka's own message-schema JSON files (see
+``schemas/records/README.md``). For every (struct, version, flexible) combination this
+module generates the source of one specialised decode and one encode function and
+``exec``s it once at import time, so decoding runs straight-line ``struct`` calls
+instead of interpreting the declaration per record (measured in docs/performance.md).
+
+Decoded structs are plain dicts with snake_case keys (``commitTimestamp`` ->
+``commit_timestamp``), which is also how the silver tables name their columns. Fields
+a version lacks carry their declared default (spec 2.4). Unknown tagged fields are
+kept, never dropped, under ``_unknown_tags`` as ``[(tag, bytes), ...]`` and written
+back by the encoder.
+"""
+
+from __future__ import annotations
+
+import re
+import struct as _struct
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pipelines.codec import primitives as P
+from pipelines.codec.errors import DecodeError, Reason
+
+UNKNOWN_TAGS = "_unknown_tags"
+
+_FIXED = {"int8": "b", "int16": "h", "uint16": "H", "int32": "i", "int64": "q"}
+_FIXED_SIZE = {"b": 1, "h": 2, "H": 2, "i": 4, "q": 8}
+_PRIMITIVES = {*_FIXED, "uuid", "string", "bytes"}
+
+
+def snake(name: str) -> str:
+    """``commitTimestamp`` -> ``commit_timestamp``, ``GroupId`` -> ``group_id``."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
+
+
+def schemas_dir() -> Path:
+    """``schemas/`` of the source tree, or its copy inside an installed wheel."""
+    here = Path(__file__).resolve()
+    for candidate in (here.parents[1] / "_schemas", here.parents[2] / "schemas"):
+        if (candidate / "records").is_dir():
+            return candidate
+    raise FileNotFoundError("schemas/records not found next to the pipelines package")
+
+
+# -- declaration model ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class Versions:
+    """A Kafka version range: ``"0+"``, ``"3"``, ``"0-4"`` or ``"none"``."""
+
+    lo: int
+    hi: int | None  # None = open-ended; lo > hi encodes "none"
+
+    @classmethod
+    def parse(cls, text: Any) -> Versions:
+        text = str(text).strip()
+        if text == "none":
+            return cls(1, 0)
+        if text.endswith("+"):
+            return cls(int(text[:-1]), None)
+        if "-" in text:
+            lo, hi = text.split("-", 1)
+            return cls(int(lo), int(hi))
+        return cls(int(text), int(text))
+
+    def __contains__(self, version: int) -> bool:
+        return version >= self.lo and (self.hi is None or version <= self.hi)
+
+    def upto(self, limit: int) -> list[int]:
+        hi = limit if self.hi is None else self.hi
+        return list(range(self.lo, hi + 1))
+
+
+NONE = Versions(1, 0)
+
+
+@dataclass
+class Field:
+    name: str
+    type: str
+    versions: Versions
+    nullable: Versions
+    tagged: Versions
+    tag: int | None
+    default: Any
+    struct: Struct | None = None  # for struct and struct-array types
+
+    @property
+    def key(self) -> str:
+        return snake(self.name)
+
+    @property
+    def is_array(self) -> bool:
+        return self.type.startswith("[]")
+
+    @property
+    def elem(self) -> str:
+        return self.type[2:] if self.is_array else self.type
+
+
+@dataclass
+class Struct:
+    name: str
+    fields: list[Field] = field(default_factory=list)
+
+
+@dataclass
+class Layout:
+    name: str | None  # None = the current layout
+    struct: Struct
+
+
+@dataclass
+class RecordDecl:
+    api_key: int
+    name: str
+    key: Struct
+    valid_versions: Versions
+    flexible_versions: Versions
+    layouts: list[Layout]  # current layout first, then historical variants
+    source: str = ""
+
+
+@dataclass
+class EmbeddedDecl:
+    name: str
+    valid_versions: Versions
+    flexible_versions: Versions
+    struct: Struct
+
+
+def _parse_fields(raw: list[dict], common: dict[str, list[dict]], owner: str) -> list[Field]:
+    out = []
+    for spec in raw:
+        unknown = set(spec) - {
+            "name", "type", "versions", "nullableVersions", "taggedVersions", "tag", "default",
+            "fields", "about", "ignorable",
+        }
+        if unknown:
+            raise ValueError(f"{owner}.{spec.get('name')}: unknown declaration keys {sorted(unknown)}")
+        f = Field(
+            name=spec["name"],
+            type=spec["type"],
+            versions=Versions.parse(spec.get("versions", "0+")),
+            nullable=Versions.parse(spec.get("nullableVersions", "none")),
+            tagged=Versions.parse(spec.get("taggedVersions", "none")),
+            tag=spec.get("tag"),
+            default=spec.get("default", _MISSING),
+        )
+        if (f.tag is None) != (f.tagged == NONE):
+            raise ValueError(f"{owner}.{f.name}: 'tag' and 'taggedVersions' go together")
+        if f.elem not in _PRIMITIVES:
+            sub = spec.get("fields") or common.get(f.elem)
+            if sub is None:
+                raise ValueError(f"{owner}.{f.name}: struct type {f.elem} has no fields")
+            f.struct = Struct(f.elem, _parse_fields(sub, common, f"{owner}.{f.elem}"))
+        out.append(f)
+    return out
+
+
+_MISSING = object()
+
+
+def load_record_decl(path: Path) -> RecordDecl:
+    doc = yaml.safe_load(path.read_text())
+    common = {s["name"]: s["fields"] for s in doc.get("commonStructs", [])}
+    value = doc["value"]
+    name = doc["name"]
+    layouts = [Layout(None, Struct(f"{name}Value", _parse_fields(value["fields"], common, name)))]
+    for variant in value.get("variants", []):
+        layouts.append(
+            Layout(variant["name"], Struct(f"{name}Value", _parse_fields(variant["fields"], common, name)))
+        )
+    return RecordDecl(
+        api_key=int(doc["apiKey"]),
+        name=name,
+        key=Struct(f"{name}Key", _parse_fields(doc["key"]["fields"], common, f"{name}Key")),
+        valid_versions=Versions.parse(value["validVersions"]),
+        flexible_versions=Versions.parse(value.get("flexibleVersions", "none")),
+        layouts=layouts,
+        source=path.name,
+    )
+
+
+def load_embedded_decl(path: Path) -> EmbeddedDecl:
+    doc = yaml.safe_load(path.read_text())
+    common = {s["name"]: s["fields"] for s in doc.get("commonStructs", [])}
+    return EmbeddedDecl(
+        name=doc["name"],
+        valid_versions=Versions.parse(doc["validVersions"]),
+        flexible_versions=Versions.parse(doc.get("flexibleVersions", "none")),
+        struct=Struct(doc["name"], _parse_fields(doc["fields"], common, doc["name"])),
+    )
+
+
+# -- defaults ---------------------------------------------------------------------------
+def default_value(f: Field) -> Any:
+    """The value Kafka materialises for a field absent from a version or an omitted tag."""
+    if f.default is not _MISSING:
+        if f.default is None:
+            return None
+        if f.elem in _FIXED:
+            return int(f.default)
+        return f.default
+    if f.is_array:
+        return []
+    if f.struct is not None:
+        return None
+    return {"string": "", "bytes": b"", "uuid": P.ZERO_UUID}.get(f.type, 0)
+
+
+# -- code generation ----------------------------------------------------------------------
+class _Compiler:
+    """Emits Python source for decoders/encoders of one struct at one version."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.env: dict[str, Any] = {
+            "P": P,
+            "DecodeError": DecodeError,
+            "Reason": Reason,
+            "UNKNOWN_TAGS": UNKNOWN_TAGS,
+        }
+        self.counter = 0
+        self.cache: dict[tuple[int, int, bool, str], str] = {}
+
+    def _name(self, prefix: str) -> str:
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    def const(self, value: Any) -> str:
+        name = self._name("_c")
+        self.env[name] = value
+        return name
+
+    # decoders ----------------------------------------------------------------
+    def decoder(self, struct: Struct, version: int, flexible: bool) -> str:
+        key = (id(struct), version, flexible, "d")
+        if key in self.cache:
+            return self.cache[key]
+        fname = self._name(f"_dec_{struct.name}_v{version}_")
+        self.cache[key] = fname
+        body: list[str] = []
+        result: list[str] = []
+        present = [f for f in struct.fields if version in f.versions]
+        regular = [f for f in present if not (flexible and version in f.tagged)]
+        tagged = [f for f in present if flexible and version in f.tagged]
+        absent = [f for f in struct.fields if version not in f.versions]
+
+        i = 0
+        while i < len(regular):
+            f = regular[i]
+            if f.type in _FIXED:
+                group = []
+                while i < len(regular) and regular[i].type in _FIXED:
+                    group.append(regular[i])
+                    i += 1
+                fmt = ">" + "".join(_FIXED[g.type] for g in group)
+                size = sum(_FIXED_SIZE[_FIXED[g.type]] for g in group)
+                unpack = self.const(_struct.Struct(fmt).unpack_from)
+                names = [f"v_{g.key}" for g in group]
+                target = names[0] + "," if len(names) == 1 else ", ".join(names)
+                body.append(f"{target} = {unpack}(buf, pos)")
+                body.append(f"pos += {size}")
+                result += [f"{g.key!r}: v_{g.key}" for g in group]
+                continue
+            body += self._decode_field(f, version, flexible, f"v_{f.key}")
+            result.append(f"{f.key!r}: v_{f.key}")
+            i += 1
+
+        for f in absent:
+            result.append(f"{f.key!r}: {self._default_expr(f)}")
+
+        if flexible:
+            for f in tagged:
+                result.append(f"{f.key!r}: t_{f.key}")
+                body.append(f"t_{f.key} = {self._default_expr(f)}")
+            body.append("extra = None")
+            body.append("ntag, pos = P.read_uvarint(buf, pos, end)")
+            body.append("for _ in range(ntag):")
+            body.append("    tag, pos = P.read_uvarint(buf, pos, end)")
+            body.append("    size, pos = P.read_uvarint(buf, pos, end)")
+            body.append("    stop = pos + size")
+            body.append("    if stop > end:")
+            body.append("        raise DecodeError(Reason.TRUNCATED, pos, f'tagged field {tag} runs past the end')")
+            for f in tagged:
+                tagfn = self._tag_decoder(f, version)
+                body.append(f"    if tag == {f.tag}:")
+                body.append(f"        t_{f.key} = {tagfn}(buf[pos:stop], pos)")
+                body.append("        pos = stop")
+                body.append("        continue")
+            body.append("    if extra is None:")
+            body.append("        extra = []")
+            body.append("    extra.append((tag, bytes(buf[pos:stop])))")
+            body.append("    pos = stop")
+
+        order = {f.key: i for i, f in enumerate(struct.fields)}
+        result.sort(key=lambda entry: order[entry.split(":", 1)[0].strip("'")])
+        src = [f"def {fname}(buf, pos, end):"]
+        src += ["    " + line for line in body]
+        src.append("    r = {" + ", ".join(result) + "}")
+        if flexible:
+            src.append("    if extra is not None:")
+            src.append("        r[UNKNOWN_TAGS] = extra")
+        src.append("    return r, pos")
+        self.lines += src + [""]
+        return fname
+
+    def _default_expr(self, f: Field) -> str:
+        value = default_value(f)
+        # a fresh list per record: callers may mutate what they get
+        return "[]" if value == [] else self.const(value)
+
+    def _tag_decoder(self, f: Field, version: int) -> str:
+        """Decode one tagged field's data region, which must be consumed exactly."""
+        fname = self._name(f"_tag_{snake(f.name)}_")
+        body = self._decode_field(f, version, True, "v", tagged=True)
+        src = [f"def {fname}(buf, base):", "    pos = 0", "    end = len(buf)", "    try:"]
+        src += ["        " + line for line in body]
+        src += [
+            "    except DecodeError as exc:",
+            "        raise DecodeError(exc.reason, base + exc.position, exc.detail) from None",
+            "    if pos != end:",
+            f"        raise DecodeError(Reason.TRAILING_BYTES, base + pos, 'tag {f.tag} ({f.name}) has trailing bytes')",
+            "    return v",
+        ]
+        self.lines += src + [""]
+        return fname
+
+    def _decode_field(self, f: Field, version: int, flexible: bool, var: str, tagged: bool = False) -> list[str]:
+        nullable = version in f.nullable
+        t = f.type
+        if t in _FIXED:
+            unpack = self.const(_struct.Struct(">" + _FIXED[t]).unpack_from)
+            return [f"{var}, = {unpack}(buf, pos)", f"pos += {_FIXED_SIZE[_FIXED[t]]}"]
+        if t == "uuid":
+            return [f"{var}, pos = P.read_uuid(buf, pos, end)"]
+        if t in ("string", "bytes"):
+            fn = f"read_{'compact_' if flexible else ''}{'nullable_' if nullable else ''}{t}"
+            return [f"{var}, pos = P.{fn}(buf, pos, end)"]
+        if f.is_array:
+            reader = "read_compact_array_length" if flexible else "read_array_length"
+            lines = [f"n, pos = P.{reader}(buf, pos, end, {nullable})", "if n < 0:", f"    {var} = None"]
+            elem = f.elem
+            if elem in ("int32", "int16"):
+                code = _FIXED[elem]
+                size = _FIXED_SIZE[code]
+                lines += [
+                    "else:",
+                    f"    {var} = list(P.struct_unpack_from('>%d{code}' % n, buf, pos))",
+                    f"    pos += {size} * n",
+                ]
+                return lines
+            lines += ["else:", f"    {var} = []", "    for _ in range(n):"]
+            if f.struct is not None:
+                sub = self.decoder(f.struct, version, flexible)
+                lines += [f"        e, pos = {sub}(buf, pos, end)", f"        {var}.append(e)"]
+            else:
+                inner = Field(f.name, elem, f.versions, NONE, NONE, None, _MISSING)
+                lines += ["        " + ln for ln in self._decode_field(inner, version, flexible, "e")]
+                lines += [f"        {var}.append(e)"]
+            return lines
+        assert f.struct is not None, f.type
+        sub = self.decoder(f.struct, version, flexible)
+        if not nullable:
+            return [f"{var}, pos = {sub}(buf, pos, end)"]
+        # nullable struct: a presence marker; inside a tag it is a uvarint (> 0 = present),
+        # elsewhere an int8 (-1 = null, 1 = present)
+        if tagged:
+            return [
+                "marker, pos = P.read_uvarint(buf, pos, end)",
+                "if marker == 0:",
+                f"    {var} = None",
+                "else:",
+                f"    {var}, pos = {sub}(buf, pos, end)",
+            ]
+        return [
+            "marker, = P.INT8.unpack_from(buf, pos)",
+            "if marker == -1:",
+            f"    {var} = None",
+            "    pos += 1",
+            "elif marker == 1:",
+            f"    {var}, pos = {sub}(buf, pos + 1, end)",
+            "else:",
+            "    raise DecodeError(Reason.BAD_MARKER, pos, f'nullable struct marker {marker}')",
+        ]
+
+    # encoders ----------------------------------------------------------------
+    def encoder(self, struct: Struct, version: int, flexible: bool) -> str:
+        key = (id(struct), version, flexible, "e")
+        if key in self.cache:
+            return self.cache[key]
+        fname = self._name(f"_enc_{struct.name}_v{version}_")
+        self.cache[key] = fname
+        present = [f for f in struct.fields if version in f.versions]
+        regular = [f for f in present if not (flexible and version in f.tagged)]
+        tagged = [f for f in present if flexible and version in f.tagged]
+        body: list[str] = []
+        for f in regular:
+            body += self._encode_field(f, version, flexible, f"obj[{f.key!r}]")
+        if flexible:
+            body.append("tags = list(obj.get(UNKNOWN_TAGS) or ())")
+            for f in tagged:
+                default = self.const(default_value(f))
+                body.append(f"v = obj.get({f.key!r}, {default})")
+                body.append(f"if v != {default}:")
+                body.append("    tmp = bytearray()")
+                body += ["    " + ln for ln in self._encode_field(f, version, True, "v", out="tmp", tagged=True)]
+                body.append(f"    tags.append(({f.tag}, bytes(tmp)))")
+            body.append("tags.sort(key=lambda t: t[0])")
+            body.append("P.write_uvarint(out, len(tags))")
+            body.append("for tag, data in tags:")
+            body.append("    P.write_uvarint(out, tag)")
+            body.append("    P.write_uvarint(out, len(data))")
+            body.append("    out += data")
+        src = [f"def {fname}(out, obj):"] + ["    " + ln for ln in body or ["pass"]]
+        self.lines += src + [""]
+        return fname
+
+    def _encode_field(
+        self, f: Field, version: int, flexible: bool, expr: str, out: str = "out", tagged: bool = False
+    ) -> list[str]:
+        nullable = version in f.nullable
+        t = f.type
+        if t in _FIXED:
+            pack = self.const(_struct.Struct(">" + _FIXED[t]).pack)
+            return [f"{out} += {pack}({expr})"]
+        if t == "uuid":
+            return [f"{out} += P.uuid_from_str({expr})"]
+        if t in ("string", "bytes"):
+            if flexible:
+                fn = "write_compact_string" if t == "string" else "write_compact_bytes"
+            elif t == "string":
+                fn = "write_nullable_string" if nullable else "write_string"
+            else:
+                fn = "write_bytes"
+            lines = []
+            if not nullable:
+                lines.append(f"if {expr} is None: raise ValueError('{f.name} is not nullable')")
+            return [*lines, f"P.{fn}({out}, {expr})"]
+        if f.is_array:
+            lines = [f"a = {expr}", "if a is None:"]
+            if not nullable:
+                lines.append(f"    raise ValueError('{f.name} is not nullable')")
+            lines.append(f"    {out} += {'bytes([0])' if flexible else 'bytes([255, 255, 255, 255])'}")
+            lines.append("else:")
+            if flexible:
+                lines.append(f"    P.write_uvarint({out}, len(a) + 1)")
+            else:
+                lines.append(f"    {out} += P.INT32.pack(len(a))")
+            elem = f.elem
+            if elem in ("int32", "int16"):
+                lines.append(f"    {out} += P.struct_pack('>%d{_FIXED[elem]}' % len(a), *a)")
+                return lines
+            lines.append("    for e in a:")
+            if f.struct is not None:
+                sub = self.encoder(f.struct, version, flexible)
+                lines.append(f"        {sub}({out}, e)")
+            else:
+                inner = Field(f.name, elem, f.versions, NONE, NONE, None, _MISSING)
+                lines += ["        " + ln for ln in self._encode_field(inner, version, flexible, "e", out)]
+            return lines
+        assert f.struct is not None
+        sub = self.encoder(f.struct, version, flexible)
+        if not nullable:
+            return [f"{sub}({out}, {expr})"]
+        if tagged:
+            return [f"P.write_uvarint({out}, 1)", f"{sub}({out}, {expr})"]
+        return [
+            f"if {expr} is None:",
+            f"    {out}.append(255)",
+            "else:",
+            f"    {out}.append(1)",
+            f"    {sub}({out}, {expr})",
+        ]
+
+    def build(self) -> dict[str, Any]:
+        source = "\n".join(self.lines)
+        code = compile(source, "<pipelines.codec.schema generated>", "exec")
+        exec(code, self.env)
+        self.env["__source__"] = source
+        return self.env
+
+
+Decoder = Callable[[bytes, int, int], tuple[dict, int]]
+Encoder = Callable[[bytearray, dict], None]
+
+
+@dataclass
+class CompiledRecord:
+    decl: RecordDecl
+    key_decoder: Decoder
+    key_encoder: Encoder
+    # value version -> [(layout name, decoder, encoder)], current layout first
+    value_layouts: dict[int, list[tuple[str | None, Decoder, Encoder]]]
+
+
+@dataclass
+class CompiledEmbedded:
+    decl: EmbeddedDecl
+    decoders: dict[int, Decoder]
+    encoders: dict[int, Encoder]
+
+    @property
+    def max_version(self) -> int:
+        return max(self.decoders)
+
+
+@dataclass
+class Registry:
+    records: dict[int, CompiledRecord]
+    embedded: dict[str, CompiledEmbedded]
+    source: str  # the generated Python, for debugging (`python -m pipelines.codec.schema`)
+
+
+# newest version a declaration without an upper bound is compiled for
+_OPEN_VERSION_LIMIT = 16
+
+
+def compile_registry(root: Path | None = None) -> Registry:
+    root = root or schemas_dir()
+    comp = _Compiler()
+    pending_records = []
+    for path in sorted((root / "records").glob("*.yaml")):
+        decl = load_record_decl(path)
+        key_fns = (comp.decoder(decl.key, 0, False), comp.encoder(decl.key, 0, False))
+        layouts: dict[int, list[tuple[str | None, str, str]]] = {}
+        for version in decl.valid_versions.upto(_OPEN_VERSION_LIMIT):
+            flexible = version in decl.flexible_versions
+            layouts[version] = [
+                (lay.name, comp.decoder(lay.struct, version, flexible), comp.encoder(lay.struct, version, flexible))
+                for lay in decl.layouts
+            ]
+        pending_records.append((decl, key_fns, layouts))
+    pending_embedded = []
+    for path in sorted((root / "embedded").glob("*.yaml")):
+        edecl = load_embedded_decl(path)
+        fns = {
+            v: (comp.decoder(edecl.struct, v, v in edecl.flexible_versions),
+                comp.encoder(edecl.struct, v, v in edecl.flexible_versions))
+            for v in edecl.valid_versions.upto(_OPEN_VERSION_LIMIT)
+        }
+        pending_embedded.append((edecl, fns))
+    env = comp.build()
+
+    records: dict[int, CompiledRecord] = {}
+    for decl, (kd, ke), layouts in pending_records:
+        if decl.api_key in records:
+            raise ValueError(f"type id {decl.api_key} declared twice ({decl.source})")
+        records[decl.api_key] = CompiledRecord(
+            decl,
+            env[kd],
+            env[ke],
+            {v: [(name, env[d], env[e]) for name, d, e in lays] for v, lays in layouts.items()},
+        )
+    embedded = {
+        edecl.name: CompiledEmbedded(
+            edecl, {v: env[d] for v, (d, _) in fns.items()}, {v: env[e] for v, (_, e) in fns.items()}
+        )
+        for edecl, fns in pending_embedded
+    }
+    return Registry(records, embedded, env["__source__"])
+
+
+if __name__ == "__main__":  # print the generated code
+    print(compile_registry().source)
