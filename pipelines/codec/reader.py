@@ -348,8 +348,21 @@ def parse_v2_records(
 # -- entry parsers ------------------------------------------------------------------------------------
 def parse_v2_batch(data: bytes, position: int, verify_crc: bool = True) -> Batch:
     """Parse one complete v2 batch (``data`` = the whole entry); raises DecodeError."""
-    (base_offset, size, leader_epoch, magic, crc, attributes, last_delta, base_ts, max_ts, pid, pepoch,
-     base_seq, count) = _V2.unpack_from(data, 0)
+    (
+        base_offset,
+        size,
+        leader_epoch,
+        magic,
+        crc,
+        attributes,
+        last_delta,
+        base_ts,
+        max_ts,
+        pid,
+        pepoch,
+        base_seq,
+        count,
+    ) = _V2.unpack_from(data, 0)
     if verify_crc:
         actual = crc32c.crc32c(memoryview(data)[21:])
         if actual != crc:
@@ -362,8 +375,21 @@ def parse_v2_batch(data: bytes, position: int, verify_crc: bool = True) -> Batch
         body = decompress(codec, body, 2)
     records = parse_v2_records(body, count, base_offset, base_ts, max_ts, bool(attributes & 0x08))
     return Batch(
-        position, LOG_OVERHEAD + size, base_offset, magic, crc, attributes, leader_epoch, last_delta,
-        base_ts, max_ts, pid, pepoch, base_seq, count, records,
+        position,
+        LOG_OVERHEAD + size,
+        base_offset,
+        magic,
+        crc,
+        attributes,
+        leader_epoch,
+        last_delta,
+        base_ts,
+        max_ts,
+        pid,
+        pepoch,
+        base_seq,
+        count,
+        records,
     )
 
 
@@ -406,8 +432,18 @@ def parse_legacy_entry(data: bytes, position: int, verify_crc: bool = True) -> B
     ts = -1 if record.timestamp is None else record.timestamp
     codec = attributes & 0x07
     if codec == 0:
-        return Batch(position, end, record.offset, magic, crc, attributes, base_timestamp=ts,
-                     max_timestamp=ts, records_count=1, records=[record])
+        return Batch(
+            position,
+            end,
+            record.offset,
+            magic,
+            crc,
+            attributes,
+            base_timestamp=ts,
+            max_timestamp=ts,
+            records_count=1,
+            records=[record],
+        )
     if record.value is None:
         raise DecodeError(Reason.BAD_RECORDS, 0, "compressed wrapper without a value")
     inner = decompress(codec, record.value, magic)
@@ -432,8 +468,19 @@ def parse_legacy_entry(data: bytes, position: int, verify_crc: bool = True) -> B
         for m in messages:
             m.timestamp = record.timestamp
     first = messages[0].offset
-    return Batch(position, end, first, magic, crc, attributes, last_offset_delta=messages[-1].offset - first,
-                 base_timestamp=ts, max_timestamp=ts, records_count=len(messages), records=messages)
+    return Batch(
+        position,
+        end,
+        first,
+        magic,
+        crc,
+        attributes,
+        last_offset_delta=messages[-1].offset - first,
+        base_timestamp=ts,
+        max_timestamp=ts,
+        records_count=len(messages),
+        records=messages,
+    )
 
 
 def parse_entry(data: bytes, position: int, verify_crc: bool = True) -> Batch:
@@ -458,10 +505,7 @@ def _min_size(magic: int) -> int:
 
 def _tail_is_zero(win: _Window, pos: int, size: int) -> bool:
     step = 1 << 20
-    for p in range(pos, size, step):
-        if win.get(p, min(step, size - p)).strip(b"\x00"):
-            return False
-    return True
+    return all(not win.get(p, min(step, size - p)).strip(b"\x00") for p in range(pos, size, step))
 
 
 def iter_log(
@@ -485,18 +529,28 @@ def iter_log(
         if left < PREFIX:
             yield ReadIssue(ReadIssue.TORN_TAIL, pos, left, Reason.TORN_TAIL, f"{left} bytes, less than a header")
             return
-        base_offset, bsize, _, magic = _PREFIX.unpack(win.get(pos, PREFIX))
+        _base_offset, bsize, _, magic = _PREFIX.unpack(win.get(pos, PREFIX))
         if bsize < _min_size(magic) or bsize > MAX_BATCH_SIZE:
             if _tail_is_zero(win, pos, size):
                 yield ReadIssue(ReadIssue.TORN_TAIL, pos, left, Reason.TORN_TAIL, "zero-filled remainder")
             else:
-                yield ReadIssue(ReadIssue.UNREADABLE, pos, left, Reason.BAD_BATCH_LENGTH,
-                                f"size field {bsize} (magic {magic}) cannot be a batch; rest of file skipped")
+                yield ReadIssue(
+                    ReadIssue.UNREADABLE,
+                    pos,
+                    left,
+                    Reason.BAD_BATCH_LENGTH,
+                    f"size field {bsize} (magic {magic}) cannot be a batch; rest of file skipped",
+                )
             return
         total = LOG_OVERHEAD + bsize
         if total > left:
-            yield ReadIssue(ReadIssue.TORN_TAIL, pos, left, Reason.TORN_TAIL,
-                            f"entry of {total} bytes, only {left} left in the file")
+            yield ReadIssue(
+                ReadIssue.TORN_TAIL,
+                pos,
+                left,
+                Reason.TORN_TAIL,
+                f"entry of {total} bytes, only {left} left in the file",
+            )
             return
         try:
             yield parse_entry(win.get(pos, total), pos, verify_crc)

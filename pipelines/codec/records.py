@@ -139,9 +139,7 @@ def decode_value(type_id: int, value: bytes) -> tuple[int, dict[str, Any], str |
         raise DecodeError(Reason.UNKNOWN_TYPE, 0, f"record type id {type_id} is not declared")
     layouts = compiled.value_layouts.get(version)
     if layouts is None:
-        raise DecodeError(
-            Reason.UNKNOWN_VERSION, 0, f"{compiled.decl.name} value version {version} is not declared"
-        )
+        raise DecodeError(Reason.UNKNOWN_VERSION, 0, f"{compiled.decl.name} value version {version} is not declared")
     first: DecodeError | None = None
     for layout, decoder, _ in layouts:
         try:

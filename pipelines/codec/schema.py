@@ -138,8 +138,16 @@ def _parse_fields(raw: list[dict], common: dict[str, list[dict]], owner: str) ->
     out = []
     for spec in raw:
         unknown = set(spec) - {
-            "name", "type", "versions", "nullableVersions", "taggedVersions", "tag", "default",
-            "fields", "about", "ignorable",
+            "name",
+            "type",
+            "versions",
+            "nullableVersions",
+            "taggedVersions",
+            "tag",
+            "default",
+            "fields",
+            "about",
+            "ignorable",
         }
         if unknown:
             raise ValueError(f"{owner}.{spec.get('name')}: unknown declaration keys {sorted(unknown)}")
@@ -173,9 +181,7 @@ def load_record_decl(path: Path) -> RecordDecl:
     name = doc["name"]
     layouts = [Layout(None, Struct(f"{name}Value", _parse_fields(value["fields"], common, name)))]
     for variant in value.get("variants", []):
-        layouts.append(
-            Layout(variant["name"], Struct(f"{name}Value", _parse_fields(variant["fields"], common, name)))
-        )
+        layouts.append(Layout(variant["name"], Struct(f"{name}Value", _parse_fields(variant["fields"], common, name))))
     return RecordDecl(
         api_key=int(doc["apiKey"]),
         name=name,
@@ -308,7 +314,7 @@ class _Compiler:
             src.append("    if extra is not None:")
             src.append("        r[UNKNOWN_TAGS] = extra")
         src.append("    return r, pos")
-        self.lines += src + [""]
+        self.lines += [*src, ""]
         return fname
 
     def _default_expr(self, f: Field) -> str:
@@ -326,10 +332,10 @@ class _Compiler:
             "    except DecodeError as exc:",
             "        raise DecodeError(exc.reason, base + exc.position, exc.detail) from None",
             "    if pos != end:",
-            f"        raise DecodeError(Reason.TRAILING_BYTES, base + pos, 'tag {f.tag} ({f.name}) has trailing bytes')",
+            f"        raise DecodeError(Reason.TRAILING_BYTES, base + pos, 'tag {f.tag} ({f.name}) trailing bytes')",
             "    return v",
         ]
-        self.lines += src + [""]
+        self.lines += [*src, ""]
         return fname
 
     def _decode_field(self, f: Field, version: int, flexible: bool, var: str, tagged: bool = False) -> list[str]:
@@ -419,7 +425,7 @@ class _Compiler:
             body.append("    P.write_uvarint(out, len(data))")
             body.append("    out += data")
         src = [f"def {fname}(out, obj):"] + ["    " + ln for ln in body or ["pass"]]
-        self.lines += src + [""]
+        self.lines += [*src, ""]
         return fname
 
     def _encode_field(
@@ -541,8 +547,10 @@ def compile_registry(root: Path | None = None) -> Registry:
     for path in sorted((root / "embedded").glob("*.yaml")):
         edecl = load_embedded_decl(path)
         fns = {
-            v: (comp.decoder(edecl.struct, v, v in edecl.flexible_versions),
-                comp.encoder(edecl.struct, v, v in edecl.flexible_versions))
+            v: (
+                comp.decoder(edecl.struct, v, v in edecl.flexible_versions),
+                comp.encoder(edecl.struct, v, v in edecl.flexible_versions),
+            )
             for v in edecl.valid_versions.upto(_OPEN_VERSION_LIMIT)
         }
         pending_embedded.append((edecl, fns))
