@@ -61,7 +61,10 @@ class FileReport:
 
 def _tv_order(item: tuple[str, int]) -> tuple[int, int]:
     t, _, v = item[0].partition("/")
-    return (int(t) if t.lstrip("-").isdigit() else 1 << 16, -1 if v == "null" else int(v) if v.lstrip("-").isdigit() else 1 << 16)
+    return (
+        int(t) if t.lstrip("-").isdigit() else 1 << 16,
+        -1 if v == "null" else int(v) if v.lstrip("-").isdigit() else 1 << 16,
+    )
 
 
 def type_version_key(decoding: RecordDecoding) -> str:
@@ -191,8 +194,15 @@ def record_json(seg: SegmentFile, batch: Batch, record: Record) -> dict[str, Any
         try:
             ctype, version, epoch = decode_control(record.key, record.value)
         except DecodeError as exc:
-            doc.update(status="undecodable", reason=exc.reason.value, error_part="key", error_position=exc.position,
-                       error_detail=exc.detail, raw_key=jsonable(record.key), raw_value=jsonable(record.value))
+            doc.update(
+                status="undecodable",
+                reason=exc.reason.value,
+                error_part="key",
+                error_position=exc.position,
+                error_detail=exc.detail,
+                raw_key=jsonable(record.key),
+                raw_value=jsonable(record.value),
+            )
             return doc
         doc.update(
             status="ok",

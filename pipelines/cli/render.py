@@ -17,15 +17,27 @@ def render_inspect(reports: list[Any], summary: dict[str, Any]) -> None:
         table.add_column(col, justify="left" if col == "file" else "right")
     for r in reports:
         table.add_row(
-            _short(r.path), str(r.partition if r.partition is not None else "-"), str(r.batches), str(r.records),
-            str(r.control_records), str(r.tombstones), _flag(r.undecodable), str(r.torn_tail_bytes),
+            _short(r.path),
+            str(r.partition if r.partition is not None else "-"),
+            str(r.batches),
+            str(r.records),
+            str(r.control_records),
+            str(r.tombstones),
+            _flag(r.undecodable),
+            str(r.torn_tail_bytes),
             _flag(r.corrupt_batches),
         )
     table.add_section()
     table.add_row(
-        f"total ({summary['files']} files)", "", str(summary["batches"]), str(summary["records"]),
-        str(summary["control_records"]), str(summary["tombstones"]), _flag(summary["undecodable"]),
-        str(summary["torn_tail_bytes"]), _flag(summary["corrupt_batches"]),
+        f"total ({summary['files']} files)",
+        "",
+        str(summary["batches"]),
+        str(summary["records"]),
+        str(summary["control_records"]),
+        str(summary["tombstones"]),
+        _flag(summary["undecodable"]),
+        str(summary["torn_tail_bytes"]),
+        _flag(summary["corrupt_batches"]),
     )
     console.print(table)
 

@@ -74,7 +74,15 @@ class Record:
         return f"Record(offset={self.offset}, ts={self.timestamp}, key={self.key!r}, value={self.value!r})"
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Record) and all(getattr(self, s) == getattr(other, s) for s in self.__slots__)
+        if not isinstance(other, Record):
+            return NotImplemented
+        return (self.offset, self.timestamp, self.key, self.value, list(self.headers)) == (
+            other.offset,
+            other.timestamp,
+            other.key,
+            other.value,
+            list(other.headers),
+        )
 
 
 @dataclass(slots=True)

@@ -119,15 +119,11 @@ def encode_legacy_message(
     return struct.pack(">qiI", offset, 4 + len(body), crc) + bytes(body)
 
 
-def encode_legacy(
-    records: Sequence[Record], *, magic: int, codec: int = 0, log_append_time: bool = False
-) -> bytes:
+def encode_legacy(records: Sequence[Record], *, magic: int, codec: int = 0, log_append_time: bool = False) -> bytes:
     """Legacy entries: one message per record, or one compressed wrapper holding them all."""
     ts_bit = 0x08 if (magic == 1 and log_append_time) else 0
     if codec == 0:
-        return b"".join(
-            encode_legacy_message(r.offset, magic, ts_bit, r.timestamp, r.key, r.value) for r in records
-        )
+        return b"".join(encode_legacy_message(r.offset, magic, ts_bit, r.timestamp, r.key, r.value) for r in records)
     first = records[0].offset
     inner = b"".join(
         # magic 1 inner offsets are relative (0, 1, ...); magic 0 carries absolute offsets
