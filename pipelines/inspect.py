@@ -12,10 +12,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipelines.codec.errors import DecodeError, Reason
 from pipelines.codec.reader import Batch, FileSource, ReadIssue, Record, iter_log
 from pipelines.codec.records import CONTROL_TYPES, RecordDecoding, decode_control, decode_record
 from pipelines.codec.segments import SegmentFile
-from pipelines.codec.errors import DecodeError, Reason
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import struct
 from pathlib import Path
 
@@ -131,7 +132,7 @@ def test_byte_ranges_partition_the_batches() -> None:
     src = BytesSource(data)
     cuts = [0, 1000, 2500, 2501, 4000, len(data)]
     seen = []
-    for lo, hi in zip(cuts, cuts[1:], strict=False):
+    for lo, hi in itertools.pairwise(cuts):
         start = find_batch_start(src, lo)
         if start is None or start >= hi:
             continue
