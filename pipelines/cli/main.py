@@ -66,6 +66,71 @@ def inspect(paths: tuple[Path, ...], as_json: bool, records: bool) -> None:
     sys.exit(EXIT_FAILURE if bad else EXIT_OK)
 
 
+@cli.command()
+@click.option("--records", "-n", type=click.IntRange(min=1), required=True, help="Number of records to write.")
+@click.option("--seed", "-s", type=int, default=1, show_default=True, help="Same seed, same bytes.")
+@click.option("--out", "-o", type=click.Path(path_type=Path), required=True, help="Log directory to create.")
+@click.option(
+    "--partitions",
+    type=click.IntRange(min=1),
+    default=50,
+    show_default=True,
+    help="Partition count of __consumer_offsets (groups are placed by partition_for).",
+)
+@click.option(
+    "--segment-bytes",
+    type=click.IntRange(min=1024),
+    default=8 * 1024 * 1024,
+    show_default=True,
+    help="Roll a segment once it reaches this size.",
+)
+@click.option("--overwrite", is_flag=True, help="Replace a non-empty output directory.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def generate(
+    records: int, seed: int, out: Path, partitions: int, segment_bytes: int, overwrite: bool, as_json: bool
+) -> None:
+    """Write a deterministic synthetic __consumer_offsets log directory.
+
+    Alongside the segments it writes expected-state.json (what the group coordinator
+    would load, by the reference replay), generator-events.jsonl.gz and
+    generator-manifest.json.
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    from pipelines.generate import generate as run_generate
+
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise click.BadParameter(f"{out} is not empty (pass --overwrite to replace it)", param_hint="--out")
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        transient=True,
+        disable=as_json or not sys.stderr.isatty(),
+        console=__import__("rich.console").console.Console(stderr=True),
+    ) as bar:
+        task = bar.add_task("generating records", total=records)
+        result = run_generate(
+            out, records, seed, partitions, segment_bytes, progress=lambda n: bar.advance(task, n), overwrite=overwrite
+        )
+    doc = {
+        "out": str(result.out),
+        "records": result.records,
+        "segments": result.segments,
+        "expected_offsets": result.expected_offsets,
+        "pending_transactions": result.pending_transactions,
+    }
+    if as_json:
+        click.echo(json.dumps(doc))
+    else:
+        click.echo(
+            f"wrote {result.records} records in {result.segments} segments to {result.out}; "
+            f"expected state: {result.expected_offsets} committed offsets, "
+            f"{result.pending_transactions} pending transactional offsets"
+        )
+
+
 def main() -> None:
     cli(prog_name="offsets-lakehouse")
 

@@ -110,8 +110,13 @@ def key(type_id: int, *strings_then_ints: str | int) -> bytes:
 CODECS = {"none": 0, "gzip": 1}
 
 
-def record_v2(offset_delta: int, key_bytes: bytes | None, value: bytes | None, ts_delta: int = 0,
-              headers: Iterable[tuple[str, bytes | None]] = ()) -> bytes:
+def record_v2(
+    offset_delta: int,
+    key_bytes: bytes | None,
+    value: bytes | None,
+    ts_delta: int = 0,
+    headers: Iterable[tuple[str, bytes | None]] = (),
+) -> bytes:
     body = b"\x00" + varint(ts_delta) + varint(offset_delta)
     body += varint(-1) if key_bytes is None else varint(len(key_bytes)) + key_bytes
     body += varint(-1) if value is None else varint(len(value)) + value
@@ -124,11 +129,21 @@ def record_v2(offset_delta: int, key_bytes: bytes | None, value: bytes | None, t
     return varint(len(body)) + body
 
 
-def batch_v2(base_offset: int, records: Sequence[tuple[bytes | None, bytes | None]], *,
-             base_ts: int = 1700000000000, codec: str = "none", transactional: bool = False,
-             control: bool = False, log_append_time: bool = False, producer_id: int = -1,
-             producer_epoch: int = -1, base_sequence: int = -1, leader_epoch: int = 0,
-             offset_deltas: Sequence[int] | None = None) -> bytes:
+def batch_v2(
+    base_offset: int,
+    records: Sequence[tuple[bytes | None, bytes | None]],
+    *,
+    base_ts: int = 1700000000000,
+    codec: str = "none",
+    transactional: bool = False,
+    control: bool = False,
+    log_append_time: bool = False,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    leader_epoch: int = 0,
+    offset_deltas: Sequence[int] | None = None,
+) -> bytes:
     """A complete v2 batch; ``records`` are (key, value) pairs, one per offset."""
     deltas = list(offset_deltas) if offset_deltas is not None else list(range(len(records)))
     raw = b"".join(record_v2(d, k, v) for d, (k, v) in zip(deltas, records, strict=True))
@@ -136,28 +151,57 @@ def batch_v2(base_offset: int, records: Sequence[tuple[bytes | None, bytes | Non
         raw = gzip.compress(raw, mtime=0)
     elif codec != "none":
         raise ValueError(codec)
-    attrs = CODECS[codec] | (0x08 if log_append_time else 0) | (0x10 if transactional else 0) \
-        | (0x20 if control else 0)
-    after_crc = (i16(attrs) + i32(deltas[-1] if deltas else -1) + i64(base_ts) + i64(base_ts)
-                 + i64(producer_id) + i16(producer_epoch) + i32(base_sequence) + i32(len(records)) + raw)
+    attrs = CODECS[codec] | (0x08 if log_append_time else 0) | (0x10 if transactional else 0) | (0x20 if control else 0)
+    after_crc = (
+        i16(attrs)
+        + i32(deltas[-1] if deltas else -1)
+        + i64(base_ts)
+        + i64(base_ts)
+        + i64(producer_id)
+        + i16(producer_epoch)
+        + i32(base_sequence)
+        + i32(len(records))
+        + raw
+    )
     crc = crc32c.crc32c(after_crc)
     tail = i32(leader_epoch) + b"\x02" + struct.pack(">I", crc) + after_crc
     return i64(base_offset) + i32(len(tail)) + tail
 
 
-def control_batch(base_offset: int, commit: bool, coordinator_epoch: int, *, producer_id: int,
-                  producer_epoch: int = 0, base_ts: int = 1700000000000) -> bytes:
+def control_batch(
+    base_offset: int,
+    commit: bool,
+    coordinator_epoch: int,
+    *,
+    producer_id: int,
+    producer_epoch: int = 0,
+    base_ts: int = 1700000000000,
+) -> bytes:
     k = i16(0) + i16(1 if commit else 0)
     v = i16(0) + i32(coordinator_epoch)
-    return batch_v2(base_offset, [(k, v)], base_ts=base_ts, transactional=True, control=True,
-                    producer_id=producer_id, producer_epoch=producer_epoch)
+    return batch_v2(
+        base_offset,
+        [(k, v)],
+        base_ts=base_ts,
+        transactional=True,
+        control=True,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+    )
 
 
 # ---------------------------------------------------------------- legacy messages (magic 0/1)
 
 
-def message_legacy(offset: int, key_bytes: bytes | None, value: bytes | None, *, magic: int = 1,
-                   timestamp: int = 1700000000000, attributes: int = 0) -> bytes:
+def message_legacy(
+    offset: int,
+    key_bytes: bytes | None,
+    value: bytes | None,
+    *,
+    magic: int = 1,
+    timestamp: int = 1700000000000,
+    attributes: int = 0,
+) -> bytes:
     body = bytes([magic, attributes])
     if magic == 1:
         body += i64(timestamp)

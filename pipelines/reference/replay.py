@@ -1,0 +1,357 @@
+"""Reference replay: the state Kafka's group coordinator loads from ``__consumer_offsets``.
+
+A deliberately small and readable implementation of spec section 12, used as the
+oracle for the generator's expected state and for gold. Partitions are independent;
+within one partition records are applied in offset order:
+
+* offset commits (types 0 and 1 share the logical key (group, topic, partition)):
+  latest record wins; a tombstone deletes the key and drops pending transactional
+  offsets for it (4.x behaviour);
+* transactional commits stay pending per (partition, producer id) until a control
+  record of the same producer id: COMMIT applies each pending offset only if its record
+  offset is later than the committed one's, ABORT discards them;
+* every other record type: latest value per key, tombstone deletes.
+
+Deleted offsets are remembered with the position of the tombstone and an inferred
+cause: ``group_deletion`` (a group tombstone for the same group in the same batch),
+``expiry`` (retention had elapsed by the tombstone's timestamp, spec 12.5), else
+``explicit_delete`` (admin OffsetDelete, topic deletion, ...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipelines.codec.errors import DecodeError
+from pipelines.codec.reader import Batch
+from pipelines.codec.records import decode_control, decode_record
+from pipelines.codec.segments import SegmentFile, discover
+from pipelines.inspect import iter_segment
+
+OFFSET_TYPES = (0, 1)
+GROUP_TOMBSTONE_TYPES = (2, 3, 11, 17)  # classic, consumer, share, streams group records
+DEFAULT_RETENTION_MS = 7 * 24 * 3600 * 1000
+
+
+@dataclass(slots=True)
+class Entry:
+    """One record of the log, decoded: what the replay consumes."""
+
+    partition: int
+    offset: int
+    timestamp: int | None
+    producer_id: int = -1
+    transactional: bool = False
+    control_type: int | None = None  # for control records: 0 ABORT, 1 COMMIT
+    record_type: int | None = None
+    key: dict[str, Any] | None = None
+    value: dict[str, Any] | None = None  # None: tombstone (for data records)
+    value_version: int | None = None
+
+    @property
+    def is_control(self) -> bool:
+        return self.control_type is not None
+
+
+@dataclass
+class Committed:
+    value: dict[str, Any]
+    value_version: int
+    partition: int
+    record_offset: int
+    timestamp: int | None
+
+
+@dataclass
+class Deleted:
+    partition: int
+    record_offset: int
+    timestamp: int | None
+    cause: str
+    last_value: dict[str, Any] | None
+
+
+@dataclass
+class ReplayState:
+    offsets: dict[tuple[str, str, int], Committed] = field(default_factory=dict)
+    # (offsets partition, producer id) -> {(group, topic, partition): Committed}
+    pending: dict[tuple[int, int], dict[tuple[str, str, int], Committed]] = field(default_factory=dict)
+    # (record type, key tuple) -> (value, value version, partition, record offset) for all other types
+    records: dict[tuple[int, tuple], tuple[dict[str, Any], int, int, int]] = field(default_factory=dict)
+    deleted_offsets: dict[tuple[str, str, int], Deleted] = field(default_factory=dict)
+    applied: dict[int, int] = field(default_factory=dict)  # partition -> last applied offset
+    undecodable: int = 0
+
+
+def _offset_key(key: dict[str, Any]) -> tuple[str, str, int]:
+    return (key["group"], key["topic"], key["partition"])
+
+
+def _group_of(record_type: int, key: dict[str, Any]) -> str:
+    return key["group"] if record_type <= 2 else key["group_id"]
+
+
+class Replay:
+    def __init__(self, retention_ms: int = DEFAULT_RETENTION_MS) -> None:
+        self.retention_ms = retention_ms
+        self.state = ReplayState()
+
+    # -- applying ---------------------------------------------------------------------------
+    def apply_batch(self, entries: list[Entry]) -> None:
+        """Apply the records of one batch (the unit in which the coordinator writes)."""
+        if not entries:
+            return
+        group_tombstones = {
+            _group_of(e.record_type, e.key)
+            for e in entries
+            if e.value is None and not e.is_control and e.record_type in GROUP_TOMBSTONE_TYPES and e.key
+        }
+        for e in entries:
+            self._apply(e, group_tombstones)
+
+    def _apply(self, e: Entry, group_tombstones: set[str]) -> None:
+        st = self.state
+        last = st.applied.get(e.partition)
+        if last is not None and e.offset <= last:
+            raise ValueError(f"partition {e.partition}: offset {e.offset} applied after {last}; replay needs order")
+        st.applied[e.partition] = e.offset
+        if e.is_control:
+            self._marker(e)
+            return
+        if e.record_type is None or e.key is None:
+            st.undecodable += 1
+            return
+        if e.record_type in OFFSET_TYPES:
+            self._offset(e, group_tombstones)
+            return
+        key = (e.record_type, tuple(e.key.values()))
+        if e.value is None:
+            st.records.pop(key, None)
+        else:
+            st.records[key] = (e.value, e.value_version or 0, e.partition, e.offset)
+
+    def _offset(self, e: Entry, group_tombstones: set[str]) -> None:
+        st = self.state
+        okey = _offset_key(e.key)  # type: ignore[arg-type]
+        if e.value is None:
+            previous = st.offsets.pop(okey, None)
+            for pend in st.pending.values():
+                pend.pop(okey, None)
+            st.deleted_offsets[okey] = Deleted(
+                e.partition,
+                e.offset,
+                e.timestamp,
+                self._cause(okey, e, previous, group_tombstones),
+                previous.value if previous else None,
+            )
+            return
+        entry = Committed(e.value, e.value_version or 0, e.partition, e.offset, e.timestamp)
+        if e.transactional:
+            st.pending.setdefault((e.partition, e.producer_id), {})[okey] = entry
+            return
+        st.offsets[okey] = entry
+        st.deleted_offsets.pop(okey, None)
+
+    def _marker(self, e: Entry) -> None:
+        st = self.state
+        pend = st.pending.pop((e.partition, e.producer_id), {})
+        if e.control_type != 1:  # ABORT (or anything that is not COMMIT) discards
+            return
+        for okey, entry in pend.items():
+            current = st.offsets.get(okey)
+            if current is None or entry.record_offset > current.record_offset:
+                st.offsets[okey] = entry
+                st.deleted_offsets.pop(okey, None)
+
+    def _cause(self, okey: tuple[str, str, int], e: Entry, prev: Committed | None, tombstoned: set[str]) -> str:
+        # Expiry first: when the coordinator expires the last offsets of an empty classic
+        # group it tombstones the group in the same batch, which is not an admin deletion.
+        group = okey[0]
+        fallback = "group_deletion" if group in tombstoned else "explicit_delete"
+        if prev is None or e.timestamp is None:
+            return fallback
+        if prev.value_version == 1 and prev.value.get("expire_timestamp", -1) >= 0:
+            return "expiry" if e.timestamp >= prev.value["expire_timestamp"] else fallback
+        base = prev.value.get("commit_timestamp", 0)
+        classic = self.state.records.get((2, (group,)))
+        if (3, (group,)) in self.state.records or (classic is not None and classic[0]["members"]):
+            # a live KIP-848 group or a Stable classic group: subscribed topics never expire
+            # (we do not resolve subscriptions here, so no expiry is inferred at all)
+            return fallback
+        if classic is not None and classic[0]["protocol_type"] and classic[0].get("current_state_timestamp", -1) >= 0:
+            base = classic[0]["current_state_timestamp"]  # an Empty group's clock starts when it emptied
+        return "expiry" if e.timestamp - base >= self.retention_ms else fallback
+
+    # -- views ------------------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """The loaded state as plain JSON-able data (docs/reference-state.md)."""
+        st = self.state
+        offsets = [
+            {
+                "group": g,
+                "topic": t,
+                "partition": p,
+                "offset": c.value["offset"],
+                "leader_epoch": c.value.get("leader_epoch", -1),
+                "metadata": c.value["metadata"],
+                "commit_timestamp": c.value["commit_timestamp"],
+                "expire_timestamp": c.value.get("expire_timestamp", -1),
+                "topic_id": c.value.get("topic_id"),
+                "offsets_partition": c.partition,
+                "record_offset": c.record_offset,
+            }
+            for (g, t, p), c in sorted(st.offsets.items())
+        ]
+        pending = [
+            {
+                "offsets_partition": part,
+                "producer_id": pid,
+                "group": g,
+                "topic": t,
+                "partition": p,
+                "offset": c.value["offset"],
+                "record_offset": c.record_offset,
+                "timestamp": c.timestamp,
+            }
+            for (part, pid), entries in sorted(st.pending.items())
+            for (g, t, p), c in sorted(entries.items())
+        ]
+        deleted = [
+            {
+                "group": g,
+                "topic": t,
+                "partition": p,
+                "offsets_partition": d.partition,
+                "record_offset": d.record_offset,
+                "timestamp": d.timestamp,
+                "cause": d.cause,
+            }
+            for (g, t, p), d in sorted(st.deleted_offsets.items())
+        ]
+        return {
+            "offsets": offsets,
+            "pending_transactions": pending,
+            "deleted_offsets": deleted,
+            "classic_groups": self.classic_groups(),
+            "consumer_groups": self.new_protocol_groups(3, 5, 6, 7, 8, 16),
+            "share_groups": self.new_protocol_groups(11, 10, 12, 13, 14, None),
+            "streams_groups": self.new_protocol_groups(17, 19, 20, 21, 22, None),
+            "applied_offsets": {str(p): o for p, o in sorted(st.applied.items())},
+        }
+
+    def classic_groups(self) -> list[dict[str, Any]]:
+        out = []
+        for (rtype, key), (value, version, part, rec_off) in sorted(self.state.records.items()):
+            if rtype != 2:
+                continue
+            members = [
+                {
+                    "member_id": m["member_id"],
+                    "group_instance_id": m["group_instance_id"],
+                    "client_id": m["client_id"],
+                    "client_host": m["client_host"],
+                    "session_timeout": m["session_timeout"],
+                    "rebalance_timeout": m["rebalance_timeout"],
+                    "subscribed_topics": (m.get("subscription_info") or {}).get("topics"),
+                    "assigned_partitions": {
+                        tp["topic"]: tp["partitions"]
+                        for tp in (m.get("assignment_info") or {}).get("assigned_partitions", [])
+                    },
+                }
+                for m in value["members"]
+            ]
+            out.append(
+                {
+                    "group": key[0],
+                    "protocol_type": value["protocol_type"],
+                    "generation": value["generation"],
+                    "protocol": value["protocol"],
+                    "leader": value["leader"],
+                    "current_state_timestamp": value["current_state_timestamp"],
+                    "state": "Stable" if members else "Empty",
+                    "members": members,
+                    "value_version": version,
+                    "offsets_partition": part,
+                    "record_offset": rec_off,
+                }
+            )
+        return out
+
+    def new_protocol_groups(
+        self, meta: int, member: int, target_meta: int, target: int, current: int, regex: int | None
+    ) -> list[dict[str, Any]]:
+        """Group views for KIP-848 consumer, share and streams groups (same record pattern)."""
+        recs = self.state.records
+        groups: dict[str, dict[str, Any]] = {}
+        for (rtype, key), (value, _, part, _) in sorted(recs.items()):
+            if rtype == meta:
+                groups[key[0]] = {
+                    "group": key[0],
+                    "epoch": value["epoch"],
+                    "offsets_partition": part,
+                    "assignment_epoch": None,
+                    "members": {},
+                    "regexes": {},
+                }
+        for (rtype, key), (value, _, _, _) in sorted(recs.items()):
+            g = groups.get(key[0])
+            if g is None:
+                continue
+            if rtype == target_meta:
+                g["assignment_epoch"] = value["assignment_epoch"]
+            elif rtype in (member, target, current):
+                slot = {member: "metadata", target: "target", current: "current"}[rtype]
+                g["members"].setdefault(key[1], {})[slot] = value
+            elif regex is not None and rtype == regex:
+                g["regexes"][key[1]] = value["topics"]
+        for g in groups.values():
+            g["members"] = [{"member_id": mid, **parts} for mid, parts in sorted(g["members"].items())]
+        return list(groups.values())
+
+
+# -- feeding the replay from segment files ------------------------------------------------------------
+def entries_of_batch(partition: int, batch: Batch) -> list[Entry]:
+    out = []
+    for r in batch.records or ():
+        if batch.is_control:
+            try:
+                ctype, _, _ = decode_control(r.key, r.value)
+            except DecodeError:  # counted as undecodable; never guessed as COMMIT or ABORT
+                out.append(Entry(partition, r.offset, r.timestamp, batch.producer_id, True))
+                continue
+            out.append(Entry(partition, r.offset, r.timestamp, batch.producer_id, True, control_type=ctype))
+            continue
+        d = decode_record(r.key, r.value)
+        out.append(
+            Entry(
+                partition,
+                r.offset,
+                r.timestamp,
+                batch.producer_id,
+                batch.is_transactional,
+                record_type=d.record_type if d.ok else None,
+                key=d.key if d.ok else None,
+                value=d.value,
+                value_version=d.value_version,
+            )
+        )
+    return out
+
+
+def iter_batches(segments: Iterable[SegmentFile]) -> Iterator[list[Entry]]:
+    for seg in segments:
+        if seg.partition is None:
+            raise ValueError(f"{seg.path}: partition unknown (directory is not __consumer_offsets-N)")
+        for batch, _ in iter_segment(seg):
+            if batch is not None:
+                yield entries_of_batch(seg.partition, batch)
+
+
+def replay_paths(paths: list[str], retention_ms: int = DEFAULT_RETENTION_MS) -> Replay:
+    """Replay every partition found under ``paths`` (segments in base-offset order)."""
+    replay = Replay(retention_ms)
+    for entries in iter_batches(discover(list(paths))):
+        replay.apply_batch(entries)
+    return replay

@@ -1,0 +1,149 @@
+"""The generator writes a real-looking, deterministic log with every feature the issue lists.
+
+Feature checks read the written files back with the reader and the codec (and the
+events the workload logged); they do not look at the generator's internals.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from pipelines.codec.partitioner import partition_for
+from pipelines.codec.reader import Batch, iter_log
+from pipelines.codec.records import decode_control, decode_record
+from pipelines.codec.segments import SEGMENT_FILE, discover, read_offset_index
+from pipelines.generate import generate
+from pipelines.generate import run as generate_run
+from pipelines.reference.replay import replay_paths
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("gen") / "logs"
+    generate(out, 30_000, seed=7, segment_bytes=128 * 1024)
+    return out
+
+
+def census(out: Path) -> dict:
+    c: dict = {
+        "magic": Counter(),
+        "codec": Counter(),
+        "tv": Counter(),
+        "control": Counter(),
+        "meta_lens": [],
+        "misplaced": 0,
+        "records": 0,
+    }
+    for seg in discover([out]):
+        for b in iter_log(seg.path):
+            assert isinstance(b, Batch)
+            c["magic"][b.magic] += 1
+            c["codec"][b.codec_name] += 1
+            for r in b.records or ():
+                c["records"] += 1
+                if b.is_control:
+                    c["control"][decode_control(r.key, r.value)[0]] += 1
+                    continue
+                d = decode_record(r.key, r.value)
+                assert d.ok, d
+                c["tv"][(d.record_type, None if d.tombstone else d.value_version)] += 1
+                group = d.key.get("group", d.key.get("group_id"))
+                c["misplaced"] += partition_for(group, 50) != seg.partition
+                if d.record_type in (0, 1) and d.value:
+                    c["meta_lens"].append(len(d.value["metadata"].encode()))
+    return c
+
+
+def test_deterministic(tmp_path: Path) -> None:
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    generate(a, 3000, seed=5, partitions=10)
+    generate(b, 3000, seed=5, partitions=10)
+    generate(c, 3000, seed=6, partitions=10)
+    files = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file())
+    assert all((a / f).read_bytes() == (b / f).read_bytes() for f in files)
+    assert (a / "expected-state.json").read_bytes() != (c / "expected-state.json").read_bytes()
+
+
+def test_features_present(generated: Path) -> None:
+    c = census(generated)
+    assert c["records"] >= 30_000 and c["misplaced"] == 0
+    assert set(c["magic"]) == {0, 1, 2}
+    assert set(c["codec"]) == {"none", "gzip", "snappy", "lz4", "zstd"}
+    tv = c["tv"]
+    for expected in [(0, 0), (1, 1), (1, 2), (1, 3), (1, 4), (1, None), (2, 0), (2, 1), (2, 2), (2, 3), (2, None)]:
+        assert tv[expected] > 0, expected
+    for rtype in (3, 5, 6, 7, 8, 10, 11, 12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23):
+        assert tv[(rtype, 0)] > 0, rtype
+    for rtype in (3, 4, 5, 7, 8, 16):  # new-protocol member leave / group deletion
+        assert tv[(rtype, None)] > 0, rtype
+    assert c["control"][0] > 0 and c["control"][1] > 0  # ABORT and COMMIT markers
+    assert max(c["meta_lens"]) >= 127 and min(c["meta_lens"]) == 0
+
+
+def test_events_cover_lifecycle(generated: Path) -> None:
+    with gzip.open(generated / "generator-events.jsonl.gz", "rt") as fh:
+        events = [json.loads(line) for line in fh]
+    kinds = Counter(e["event"] for e in events)
+    for k in (
+        "commit",
+        "rebalance",
+        "empty",
+        "reset",
+        "delete_group",
+        "expire",
+        "txn_begin",
+        "txn_commit",
+        "txn_abort",
+        "member_join",
+        "member_leave",
+    ):
+        assert kinds[k] > 0, k
+    deleted = {e["group"] for e in events if e["event"] == "delete_group"}
+    recreated = {e["group"] for i, e in enumerate(events) if e["event"] == "commit" and e["group"] in deleted}
+    assert recreated, "some deleted group is recreated under the same name"
+
+
+def test_segments_are_broker_like(generated: Path) -> None:
+    parts = [d for d in generated.iterdir() if d.is_dir()]
+    assert len(parts) == 50
+    part = max(parts, key=lambda d: len(list(d.glob("*.log"))))
+    logs = sorted(p for p in part.iterdir() if SEGMENT_FILE.match(p.name))
+    assert len(logs) > 1, "segments roll"
+    assert all(len(p.stem) == 20 for p in logs)
+    for log in logs:
+        base = int(log.stem)
+        assert log.with_suffix(".index").exists() and log.with_suffix(".timeindex").exists()
+        first = next(iter(iter_log(log)))
+        assert isinstance(first, Batch) and first.base_offset == base
+        for rel, pos in read_offset_index(log.with_suffix(".index")):
+            batch = next(iter(iter_log(log, start=pos)))
+            assert isinstance(batch, Batch) and batch.last_offset == base + rel
+
+
+def test_expected_state_is_the_replay_of_the_files(generated: Path) -> None:
+    state = json.loads((generated / "expected-state.json").read_text())
+    assert state == json.loads(json.dumps(replay_paths([str(generated)]).snapshot()))
+    assert state["offsets"] and state["pending_transactions"] and state["deleted_offsets"]
+    causes = Counter(d["cause"] for d in state["deleted_offsets"])
+    assert causes["expiry"] and causes["group_deletion"]
+
+
+def test_intent_check_catches_disagreement(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """generate() refuses to write an expected state that contradicts the workload's intent."""
+    original = generate_run.Workload.intent
+
+    def wrong(self):
+        intent = original(self)
+        key = next(iter(intent))
+        intent[key] += 1
+        return intent
+
+    monkeypatch.setattr(generate_run.Workload, "intent", wrong)
+    with pytest.raises(AssertionError, match="disagrees"):
+        generate(tmp_path / "x", 2000, seed=1, partitions=5)

@@ -1,0 +1,151 @@
+"""The reference replay implements the coordinator's loading rules of spec section 12."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipelines.reference.replay import Entry, Replay
+
+G, T = "payments", "orders"
+
+
+def commit(offset: int, value_offset: int, ts: int = 1000, pid: int = -1, txn: bool = False, rtype: int = 1) -> Entry:
+    value = {"offset": value_offset, "leader_epoch": 0, "metadata": "", "commit_timestamp": ts, "expire_timestamp": -1}
+    return Entry(
+        0,
+        offset,
+        ts,
+        pid,
+        txn,
+        record_type=rtype,
+        key={"group": G, "topic": T, "partition": 0},
+        value=value,
+        value_version=3 if rtype else 0,
+    )
+
+
+def tombstone(offset: int, ts: int = 2000, rtype: int = 1) -> Entry:
+    return Entry(0, offset, ts, record_type=rtype, key={"group": G, "topic": T, "partition": 0}, value=None)
+
+
+def marker(offset: int, pid: int, commit_: bool) -> Entry:
+    return Entry(0, offset, 3000, pid, True, control_type=1 if commit_ else 0)
+
+
+def committed(replay: Replay) -> int | None:
+    c = replay.state.offsets.get((G, T, 0))
+    return None if c is None else c.value["offset"]
+
+
+def run(*batches: list[Entry]) -> Replay:
+    r = Replay()
+    for b in batches:
+        r.apply_batch(b)
+    return r
+
+
+def test_latest_record_wins_even_backwards() -> None:
+    assert committed(run([commit(0, 50)], [commit(1, 10)])) == 10
+
+
+def test_type0_and_type1_keys_are_one_logical_entry() -> None:
+    r = run([commit(0, 50, rtype=0)], [commit(1, 60, rtype=1)])
+    assert committed(r) == 60 and len(r.state.offsets) == 1
+    assert committed(run([commit(0, 50, rtype=1)], [tombstone(1, rtype=0)])) is None
+
+
+def test_transactional_commit_pending_until_commit_marker() -> None:
+    r = run([commit(0, 5)], [commit(1, 42, pid=7, txn=True)])
+    assert committed(r) == 5 and r.snapshot()["pending_transactions"][0]["offset"] == 42
+    r.apply_batch([marker(2, 7, True)])
+    assert committed(r) == 42 and r.snapshot()["pending_transactions"] == []
+
+
+def test_abort_discards() -> None:
+    assert committed(run([commit(0, 5)], [commit(1, 42, pid=7, txn=True)], [marker(2, 7, False)])) == 5
+
+
+def test_plain_commit_after_transactional_record_wins_over_commit_marker() -> None:
+    r = run([commit(0, 42, pid=7, txn=True)], [commit(1, 43)], [marker(2, 7, True)])
+    assert committed(r) == 43
+
+
+def test_markers_match_by_producer_id_only_and_per_partition() -> None:
+    r = run([commit(0, 42, pid=7, txn=True)], [marker(1, 8, True)])
+    assert committed(r) is None  # another producer's marker is ignored
+    r.apply_batch([Entry(1, 0, 1, 7, True, control_type=1)])  # same pid, other partition
+    assert committed(r) is None
+    r.apply_batch([marker(2, 7, True)])
+    assert committed(r) == 42
+
+
+def test_tombstone_deletes_and_cancels_pending() -> None:
+    r = run([commit(0, 5)], [commit(1, 42, pid=7, txn=True)], [tombstone(2)], [marker(3, 7, True)])
+    assert committed(r) is None
+    assert r.snapshot()["deleted_offsets"][0]["record_offset"] == 2
+
+
+def test_offsets_replay_must_be_in_order() -> None:
+    with pytest.raises(ValueError, match="order"):
+        run([commit(5, 1)], [commit(3, 1)])
+
+
+def test_deletion_causes() -> None:
+    day = 86_400_000
+    group_tomb = Entry(0, 2, 5000, record_type=2, key={"group": G}, value=None)
+    r = run([commit(0, 5, ts=1000)], [tombstone(1, ts=5000), group_tomb])
+    assert r.snapshot()["deleted_offsets"][0]["cause"] == "group_deletion"
+    r = run([commit(0, 5, ts=1000)], [tombstone(1, ts=1000 + 8 * day)])
+    assert r.snapshot()["deleted_offsets"][0]["cause"] == "expiry"
+    r = run([commit(0, 5, ts=1000)], [tombstone(1, ts=2000)])
+    assert r.snapshot()["deleted_offsets"][0]["cause"] == "explicit_delete"
+    # a new commit resurrects the key: it is no longer deleted
+    r.apply_batch([commit(2, 6)])
+    assert r.snapshot()["deleted_offsets"] == [] and committed(r) == 6
+
+
+def test_classic_group_state_and_deletion() -> None:
+    value = {
+        "protocol_type": "consumer",
+        "generation": 3,
+        "protocol": "range",
+        "leader": "m1",
+        "current_state_timestamp": 10,
+        "members": [
+            {
+                "member_id": "m1",
+                "group_instance_id": None,
+                "client_id": "c",
+                "client_host": "/h",
+                "rebalance_timeout": 1,
+                "session_timeout": 2,
+                "subscription": b"",
+                "assignment": b"",
+                "subscription_info": {"topics": [T]},
+                "assignment_info": {"assigned_partitions": [{"topic": T, "partitions": [0, 1]}]},
+            }
+        ],
+    }
+    r = run([Entry(0, 0, 1, record_type=2, key={"group": G}, value=value, value_version=3)])
+    [g] = r.classic_groups()
+    assert (g["generation"], g["state"], g["members"][0]["assigned_partitions"]) == (3, "Stable", {T: [0, 1]})
+    r.apply_batch([Entry(0, 1, 2, record_type=2, key={"group": G}, value=None)])
+    assert r.classic_groups() == []
+
+
+def test_new_protocol_group_view() -> None:
+    key = {"group_id": "cg"}
+    mkey = {"group_id": "cg", "member_id": "m"}
+    r = run(
+        [
+            Entry(0, 0, 1, record_type=3, key=key, value={"epoch": 4, "metadata_hash": 0}),
+            Entry(0, 1, 1, record_type=5, key=mkey, value={"client_id": "c"}),
+            Entry(0, 2, 1, record_type=6, key=key, value={"assignment_epoch": 4, "assignment_timestamp": 0}),
+            Entry(0, 3, 1, record_type=8, key=mkey, value={"member_epoch": 4}),
+        ]
+    )
+    [g] = r.snapshot()["consumer_groups"]
+    assert g["epoch"] == 4 and g["assignment_epoch"] == 4
+    assert g["members"] == [{"member_id": "m", "metadata": {"client_id": "c"}, "current": {"member_epoch": 4}}]
+    r.apply_batch([Entry(0, 4, 2, record_type=3, key=key, value=None)])
+    assert r.snapshot()["consumer_groups"] == []  # a type-3 tombstone marks the group as gone
