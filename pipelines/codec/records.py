@@ -22,6 +22,11 @@ SUBSCRIPTION: CompiledEmbedded = REGISTRY.embedded["ConsumerProtocolSubscription
 ASSIGNMENT: CompiledEmbedded = REGISTRY.embedded["ConsumerProtocolAssignment"]
 
 TYPE_NAMES: dict[int, str] = {t: c.decl.name for t, c in RECORDS.items()}
+# type id -> value version -> ((layout name, decoder), ...): the hot path's lookup table
+_VALUE_LAYOUTS = {
+    t: {v: tuple((name, dec) for name, dec, _ in lays) for v, lays in c.value_layouts.items()}
+    for t, c in RECORDS.items()
+}
 
 CONTROL_TYPES = {
     0: "ABORT",
@@ -35,34 +40,23 @@ CONTROL_TYPES = {
 
 
 class RecordDecoding:
-    """The decoded form of one data record; maps one-to-one to silver columns."""
+    """The decoded form of one data record; maps one-to-one to silver columns.
 
-    __slots__ = (
-        "error_detail",
-        "error_part",
-        "error_position",
-        "key",
-        "layout",
-        "reason",
-        "record_type",
-        "tombstone",
-        "value",
-        "value_version",
-        "warnings",
-    )
+    Attributes default at class level, so a record only pays for what it sets (this
+    object is created once per record on the hot path).
+    """
 
-    def __init__(self) -> None:
-        self.record_type: int | None = None
-        self.key: dict[str, Any] | None = None
-        self.tombstone = False
-        self.value_version: int | None = None
-        self.value: dict[str, Any] | None = None
-        self.layout: str | None = None
-        self.reason: Reason | None = None
-        self.error_part: str | None = None
-        self.error_position: int | None = None
-        self.error_detail: str | None = None
-        self.warnings: list[str] | None = None
+    record_type: int | None = None
+    key: dict[str, Any] | None = None
+    tombstone: bool = False
+    value_version: int | None = None
+    value: dict[str, Any] | None = None
+    layout: str | None = None
+    reason: Reason | None = None
+    error_part: str | None = None
+    error_position: int | None = None
+    error_detail: str | None = None
+    warnings: list[str] | None = None
 
     @property
     def ok(self) -> bool:
@@ -99,7 +93,7 @@ def decode_key(key: bytes) -> tuple[int, dict[str, Any]]:
     end = len(key)
     if end < 2:
         raise DecodeError(Reason.TRUNCATED, 0, "key shorter than its 2-byte type id")
-    (type_id,) = P.INT16.unpack_from(key, 0)
+    type_id = int.from_bytes(key[:2], "big", signed=True)
     compiled = RECORDS.get(type_id)
     if compiled is None:
         raise DecodeError(Reason.UNKNOWN_TYPE, 0, f"record type id {type_id} is not declared")
@@ -107,6 +101,8 @@ def decode_key(key: bytes) -> tuple[int, dict[str, Any]]:
         fields, pos = compiled.key_decoder(key, 2, end)
     except struct.error:
         raise DecodeError(Reason.TRUNCATED, end, "key ended inside a fixed-width field") from None
+    except UnicodeDecodeError as exc:
+        raise _bad_utf8(key, exc) from None
     if pos != end:
         raise DecodeError(Reason.TRAILING_BYTES, pos, f"{end - pos} bytes after the key")
     result = (type_id, fields)
@@ -114,6 +110,13 @@ def decode_key(key: bytes) -> tuple[int, dict[str, Any]]:
         _KEY_CACHE.clear()
     _KEY_CACHE[bytes(key)] = result
     return result
+
+
+def _bad_utf8(buf: bytes, exc: UnicodeDecodeError) -> DecodeError:
+    # generated decoders slice the string's bytes and decode them; the slice is found
+    # again in the buffer to report where the bad byte is
+    where = bytes(buf).find(exc.object)
+    return DecodeError(Reason.BAD_UTF8, max(where, 0) + exc.start, "invalid UTF-8 in a string")
 
 
 def encode_key(type_id: int, fields: dict[str, Any]) -> bytes:
@@ -133,15 +136,17 @@ def decode_value(type_id: int, value: bytes) -> tuple[int, dict[str, Any], str |
     end = len(value)
     if end < 2:
         raise DecodeError(Reason.TRUNCATED, 0, "value shorter than its 2-byte version")
-    (version,) = P.INT16.unpack_from(value, 0)
-    compiled = RECORDS.get(type_id)
-    if compiled is None:
+    version = (value[0] << 8) | value[1]
+    if version & 0x8000:
+        version -= 0x10000
+    by_version = _VALUE_LAYOUTS.get(type_id)
+    if by_version is None:
         raise DecodeError(Reason.UNKNOWN_TYPE, 0, f"record type id {type_id} is not declared")
-    layouts = compiled.value_layouts.get(version)
+    layouts = by_version.get(version)
     if layouts is None:
-        raise DecodeError(Reason.UNKNOWN_VERSION, 0, f"{compiled.decl.name} value version {version} is not declared")
+        raise DecodeError(Reason.UNKNOWN_VERSION, 0, f"{TYPE_NAMES[type_id]} value version {version} is not declared")
     first: DecodeError | None = None
-    for layout, decoder, _ in layouts:
+    for layout, decoder in layouts:
         try:
             fields, pos = decoder(value, 2, end)
         except DecodeError as exc:
@@ -149,6 +154,9 @@ def decode_value(type_id: int, value: bytes) -> tuple[int, dict[str, Any], str |
             continue
         except struct.error:
             first = first or DecodeError(Reason.TRUNCATED, end, "value ended inside a fixed-width field")
+            continue
+        except UnicodeDecodeError as exc:
+            first = first or _bad_utf8(value, exc)
             continue
         if pos == end:
             return version, fields, layout
@@ -181,6 +189,8 @@ def _decode_embedded(decl: CompiledEmbedded, data: bytes) -> dict[str, Any]:
         fields, _ = decl.decoders[readable](data, 2, end)
     except struct.error:
         raise DecodeError(Reason.TRUNCATED, end, f"{decl.decl.name} ended inside a field") from None
+    except UnicodeDecodeError as exc:
+        raise _bad_utf8(data, exc) from None
     return {"version": version, **fields}
 
 

@@ -287,23 +287,26 @@ class _Compiler:
                 result.append(f"{f.key!r}: t_{f.key}")
                 body.append(f"t_{f.key} = {self._default_expr(f)}")
             body.append("extra = None")
-            body.append("ntag, pos = P.read_uvarint(buf, pos, end)")
-            body.append("for _ in range(ntag):")
-            body.append("    tag, pos = P.read_uvarint(buf, pos, end)")
-            body.append("    size, pos = P.read_uvarint(buf, pos, end)")
-            body.append("    stop = pos + size")
-            body.append("    if stop > end:")
-            body.append("        raise DecodeError(Reason.TRUNCATED, pos, f'tagged field {tag} runs past the end')")
+            body.append("if pos < end and buf[pos] == 0:  # the usual empty tagged section")
+            body.append("    pos += 1")
+            body.append("else:")
+            body.append("    ntag, pos = P.read_uvarint(buf, pos, end)")
+            body.append("    for _ in range(ntag):")
+            body.append("        tag, pos = P.read_uvarint(buf, pos, end)")
+            body.append("        size, pos = P.read_uvarint(buf, pos, end)")
+            body.append("        stop = pos + size")
+            body.append("        if stop > end:")
+            body.append("            raise DecodeError(Reason.TRUNCATED, pos, f'tagged field {tag} runs past the end')")
             for f in tagged:
                 tagfn = self._tag_decoder(f, version)
-                body.append(f"    if tag == {f.tag}:")
-                body.append(f"        t_{f.key} = {tagfn}(buf[pos:stop], pos)")
-                body.append("        pos = stop")
-                body.append("        continue")
-            body.append("    if extra is None:")
-            body.append("        extra = []")
-            body.append("    extra.append((tag, bytes(buf[pos:stop])))")
-            body.append("    pos = stop")
+                body.append(f"        if tag == {f.tag}:")
+                body.append(f"            t_{f.key} = {tagfn}(buf[pos:stop], pos)")
+                body.append("            pos = stop")
+                body.append("            continue")
+            body.append("        if extra is None:")
+            body.append("            extra = []")
+            body.append("        extra.append((tag, bytes(buf[pos:stop])))")
+            body.append("        pos = stop")
 
         order = {f.key: i for i, f in enumerate(struct.fields)}
         result.sort(key=lambda entry: order[entry.split(":", 1)[0].strip("'")])
@@ -347,8 +350,7 @@ class _Compiler:
         if t == "uuid":
             return [f"{var}, pos = P.read_uuid(buf, pos, end)"]
         if t in ("string", "bytes"):
-            fn = f"read_{'compact_' if flexible else ''}{'nullable_' if nullable else ''}{t}"
-            return [f"{var}, pos = P.{fn}(buf, pos, end)"]
+            return self._inline_string(t, flexible, nullable, var)
         if f.is_array:
             reader = "read_compact_array_length" if flexible else "read_array_length"
             lines = [f"n, pos = P.{reader}(buf, pos, end, {nullable})", "if n < 0:", f"    {var} = None"]
@@ -394,6 +396,50 @@ class _Compiler:
             f"    {var}, pos = {sub}(buf, pos + 1, end)",
             "else:",
             "    raise DecodeError(Reason.BAD_MARKER, pos, f'nullable struct marker {marker}')",
+        ]
+
+    def _inline_string(self, t: str, flexible: bool, nullable: bool, var: str) -> list[str]:
+        """Strings and bytes inline: they dominate real records, and a helper call per field
+        costs more than the decoding itself. Invalid UTF-8 surfaces as UnicodeDecodeError,
+        which the record-level wrapper turns into a positioned BAD_UTF8 (records.py)."""
+        what = "string" if t == "string" else "bytes"
+        if flexible:  # compact: uvarint(N + 1), 0 = null; one-byte lengths inline
+            lines = [
+                "if pos >= end:",
+                f"    raise DecodeError(Reason.TRUNCATED, pos, '{what} length')",
+                "n = buf[pos] - 1",
+                "if n < 0x7F:",
+                "    pos += 1",
+                "else:",
+                "    n, pos = P.read_uvarint(buf, pos, end)",
+                "    n -= 1",
+            ]
+        else:
+            unpack = self.const((P.INT16 if t == "string" else P.INT32).unpack_from)
+            lines = [f"n, = {unpack}(buf, pos)", f"pos += {2 if t == 'string' else 4}"]
+        value = "buf[pos:stop].decode()" if t == "string" else "bytes(buf[pos:stop])"
+        read = [
+            "stop = pos + n",
+            "if stop > end:",
+            f"    raise DecodeError(Reason.TRUNCATED, pos, f'{what} of {{n}} bytes runs past the end')",
+            f"{var} = {value}",
+            "pos = stop",
+        ]
+        if nullable:
+            return [
+                *lines,
+                "if n == -1:",
+                f"    {var} = None",
+                "elif n < -1:",
+                f"    raise DecodeError(Reason.BAD_LENGTH, pos, f'{what} length {{n}}')",
+                "else:",
+                *("    " + ln for ln in read),
+            ]
+        return [
+            *lines,
+            "if n < 0:",
+            f"    raise DecodeError(Reason.BAD_LENGTH, pos, f'length {{n}} in a non-nullable {what}')",
+            *read,
         ]
 
     # encoders ----------------------------------------------------------------
