@@ -273,6 +273,10 @@ def parse_v2_records(
         if b < 0x80:
             length = (b >> 1) ^ -(b & 1)
             pos += 1
+        elif pos + 1 < n and buf[pos + 1] < 0x80:  # records of 64..8191 bytes: two-byte length
+            u = (b & 0x7F) | (buf[pos + 1] << 7)
+            length = (u >> 1) ^ -(u & 1)
+            pos += 2
         else:
             length, pos = _varint_slow(buf, pos, n)
         end = pos + length
