@@ -31,3 +31,14 @@ def manifest_rows() -> list[dict[str, str]]:
 @pytest.fixture(scope="session")
 def real_dir() -> Path:
     return real_segments_dir()
+
+
+_TIER_DIRS = {"spark": "spark", "kafka": "kafka", "kafkatools": "kafkatools", "e2e": "e2e"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests under tests/<tier>/ carry that tier's marker, so no test lands in the wrong tier."""
+    for item in items:
+        parts = Path(str(item.fspath)).relative_to(REPO / "tests").parts
+        if parts and parts[0] in _TIER_DIRS:
+            item.add_marker(getattr(pytest.mark, _TIER_DIRS[parts[0]]))

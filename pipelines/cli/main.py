@@ -131,6 +131,172 @@ def generate(
         )
 
 
+def _setup_logging(verbose: bool, log_format: str) -> None:
+    import logging
+
+    handler = logging.StreamHandler(sys.stderr)
+    if log_format == "json":
+        handler.setFormatter(_JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger("offsets_lakehouse")
+    root.handlers[:] = [handler]
+    root.setLevel(logging.DEBUG if verbose else logging.INFO)
+
+
+class _JsonFormatter(__import__("logging").Formatter):
+    def format(self, record) -> str:
+        doc = {
+            "ts": self.formatTime(record),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            doc["exc"] = self.formatException(record.exc_info)
+        return json.dumps(doc)
+
+
+def _fail(exc: BaseException, code: int, verbose: bool) -> None:
+    """One clear line on stderr (the traceback only with --verbose), then exit with ``code``."""
+    if verbose:
+        import traceback
+
+        traceback.print_exception(exc)
+    first = str(exc).strip() or type(exc).__name__
+    click.echo(f"error: {first}", err=True)
+    sys.exit(code)
+
+
+_config_option = click.option(
+    "--config",
+    "-c",
+    "config_path",
+    type=click.Path(path_type=Path),
+    default="jobs.yaml",
+    show_default=True,
+    help="jobs.yaml to use.",
+)
+_verbose_option = click.option("--verbose", "-v", is_flag=True, help="Debug logs and full tracebacks.")
+
+
+@cli.command()
+@click.argument("job")
+@_config_option
+@click.option(
+    "--stage",
+    type=click.Choice(["bronze", "silver", "gold", "quality", "all"]),
+    default="all",
+    show_default=True,
+    help="Run one stage, or all stages of the job.",
+)
+@click.option("--full-refresh", is_flag=True, help="Rebuild silver and gold from bronze (bronze is never rewritten).")
+@click.option("--master", help="Spark master URL (overrides jobs.yaml).")
+@click.option("--json", "as_json", is_flag=True, help="Print the run report as JSON.")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@_verbose_option
+def run(
+    job: str,
+    config_path: Path,
+    stage: str,
+    full_refresh: bool,
+    master: str | None,
+    as_json: bool,
+    log_format: str,
+    verbose: bool,
+) -> None:
+    """Run JOB from jobs.yaml (for Airflow/cron: exit 0 ok, 1 failure, 2 configuration, 3 data quality)."""
+    from pipelines.runner import Context, run_job
+    from pipelines.runtime.config import ConfigError
+
+    _setup_logging(verbose, log_format)
+    try:
+        ctx = Context(config_path, master)
+        report = run_job(ctx, job, None if stage == "all" else [stage], full_refresh)
+    except ConfigError as exc:
+        _fail(exc, EXIT_CONFIG, verbose)
+    except FileNotFoundError as exc:
+        _fail(exc, EXIT_CONFIG, verbose)
+    except Exception as exc:
+        _fail(exc, EXIT_FAILURE, verbose)
+    if as_json:
+        click.echo(json.dumps(report.to_json(), default=str))
+    else:
+        from pipelines.cli.render import render_run
+
+        render_run(report)
+    sys.exit(EXIT_OK if report.status == "ok" else EXIT_FAILURE)
+
+
+@cli.command()
+@_config_option
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+@_verbose_option
+def status(config_path: Path, as_json: bool, verbose: bool) -> None:
+    """Tables, row counts, per-partition watermarks and the last runs."""
+    from pipelines.runner import Context
+    from pipelines.runtime.config import ConfigError
+    from pipelines.status import collect_status
+
+    try:
+        doc = collect_status(Context(config_path))
+    except ConfigError as exc:
+        _fail(exc, EXIT_CONFIG, verbose)
+    except Exception as exc:
+        _fail(exc, EXIT_FAILURE, verbose)
+    if as_json:
+        click.echo(json.dumps(doc, default=str))
+    else:
+        from pipelines.cli.render import render_status
+
+        render_status(doc)
+
+
+@cli.command()
+@click.argument("query", required=False)
+@_config_option
+@click.option("--file", "-f", "query_file", type=click.Path(exists=True, path_type=Path), help="Read SQL from a file.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per row.")
+@click.option("--limit", type=int, default=200, show_default=True, help="Rows to print (table output).")
+@click.option("--print-init", is_flag=True, help="Print SQL that registers every table, for `spark-sql -i`.")
+@_verbose_option
+def sql(
+    query: str | None,
+    config_path: Path,
+    query_file: Path | None,
+    as_json: bool,
+    limit: int,
+    print_init: bool,
+    verbose: bool,
+) -> None:
+    """Query the lakehouse with Spark SQL: bronze.*, silver.*, gold.* are registered by name."""
+    from pipelines.runner import Context
+    from pipelines.runtime.config import ConfigError
+
+    if not print_init and not query and not query_file:
+        raise click.UsageError("give a QUERY, --file or --print-init")
+    try:
+        ctx = Context(config_path)
+        if print_init:
+            click.echo(ctx.tables.init_sql(), nl=False)
+            return
+        ctx.tables.register_existing()
+        text = query_file.read_text() if query_file else query
+        df = ctx.spark.sql(text)
+        rows = df.limit(limit).collect() if not as_json else df.collect()
+    except ConfigError as exc:
+        _fail(exc, EXIT_CONFIG, verbose)
+    except Exception as exc:
+        _fail(exc, EXIT_FAILURE, verbose)
+    if as_json:
+        for r in rows:
+            click.echo(json.dumps(r.asDict(recursive=True), default=str))
+    else:
+        from pipelines.cli.render import render_rows
+
+        render_rows(df.columns, rows)
+
+
 def main() -> None:
     cli(prog_name="offsets-lakehouse")
 

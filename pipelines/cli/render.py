@@ -71,3 +71,77 @@ def _flag(n: int) -> str:
 
 def _short(path: str, width: int = 70) -> str:
     return path if len(path) <= width else "…" + path[-(width - 1) :]
+
+
+def render_run(report: Any) -> None:
+    console = Console()
+    table = Table(title=f"run {report.run_id} of job {report.job}: {report.status}")
+    for col in ("stage", "status", "seconds", "source", "read", "inserted", "conflicts", "read issues"):
+        table.add_column(col)
+    for s in report.stages:
+        if not s.details:
+            table.add_row(s.stage, s.status, f"{s.seconds:.1f}", "", "", "", "", "")
+        for d in s.details:
+            table.add_row(
+                s.stage,
+                s.status,
+                f"{s.seconds:.1f}",
+                d.get("source", ""),
+                str(d.get("rows_read", "")),
+                str(d.get("rows_inserted", "")),
+                _flag(d.get("conflicts", 0)),
+                str(len(d.get("issues", []))),
+            )
+    console.print(table)
+    for s in report.stages:
+        for d in s.details:
+            for issue in d.get("issues", []):
+                console.print(
+                    f"[yellow]{issue['kind']}[/] {issue['source_uri']} at byte {issue['position']} "
+                    f"({issue['length']} bytes): {issue['reason']} {issue.get('detail') or ''}"
+                )
+            for note in d.get("notes", []):
+                console.print(f"[yellow]note[/] {note}")
+
+
+def render_status(doc: dict[str, Any]) -> None:
+    console = Console()
+    console.print(f"lakehouse: {doc['root']}")
+    t = Table(title="tables")
+    for col in ("table", "rows", "location"):
+        t.add_column(col)
+    for row in doc["tables"]:
+        t.add_row(row["table"], str(row["rows"]), row["location"])
+    console.print(t)
+    w = Table(title="bronze watermarks per (cluster, partition)")
+    for col in ("cluster", "partition", "records", "first offset", "last offset", "last ingested"):
+        w.add_column(col)
+    for row in doc["watermarks"]:
+        w.add_row(
+            row["cluster"],
+            str(row["partition"]),
+            str(row["records"]),
+            str(row["first_offset"]),
+            str(row["last_offset"]),
+            str(row["last_ingested"]),
+        )
+    console.print(w)
+    r = Table(title="last runs")
+    for col in ("run", "job", "stage", "status", "started", "finished"):
+        r.add_column(col)
+    for row in doc["runs"]:
+        r.add_row(
+            row["run_id"], row["job"], row["stage"], row["status"], str(row["started_at"]), str(row["finished_at"])
+        )
+    console.print(r)
+    for note in doc.get("notes", []):
+        console.print(f"[yellow]note[/] {note}")
+
+
+def render_rows(columns: list[str], rows: list[Any]) -> None:
+    table = Table()
+    for c in columns:
+        table.add_column(c)
+    for row in rows:
+        table.add_row(*[("" if v is None else str(v)) for v in row])
+    Console().print(table)

@@ -589,11 +589,16 @@ def iter_boundaries(source: ByteSource, start: int = 0) -> Iterator[tuple[int, i
 
 
 def find_batch_start(source: ByteSource, target: int, hints: list[int] | tuple = ()) -> int | None:
-    """First entry boundary at or after ``target``; None when none is reachable.
+    """Where a reader of the byte range starting at ``target`` begins; None: nothing to read.
 
-    ``hints`` are known boundaries (positions from the segment's ``.index``); the walk
-    starts from the largest hint at or before ``target`` that really is a boundary of a
-    plausible entry, else from 0. Indexes are not checksummed, so hints are only shortcuts.
+    That is the first entry boundary at or after ``target`` — or the position at or after
+    ``target`` where the header walk met an incomplete or impossible entry, so that exactly
+    one range (the one containing it) reports the problem. When the walk fails before
+    ``target``, an earlier range reports it and this one has nothing to read.
+
+    ``hints`` are known boundaries (positions from the segment's ``.index``); the walk starts
+    from the largest hint at or before ``target`` that holds a plausible header, else from 0.
+    Indexes are not checksummed, so hints are only shortcuts.
     """
     if target <= 0:
         return 0
@@ -602,10 +607,13 @@ def find_batch_start(source: ByteSource, target: int, hints: list[int] | tuple =
         begin = hint
     if begin and not _plausible_header(source, begin):
         begin = 0
-    for pos, _ in iter_boundaries(source, begin):
+    pos = begin
+    for pos, size in iter_boundaries(source, begin):
         if pos >= target:
             return pos
-    return None
+        pos += size
+    # the walk stopped at `pos`: end of file, or an entry it cannot step over
+    return pos if target <= pos < source.size else None
 
 
 def _plausible_header(source: ByteSource, pos: int) -> bool:

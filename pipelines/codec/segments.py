@@ -78,8 +78,12 @@ def read_offset_index(path: Path) -> list[tuple[int, int]]:
     """
     if not path.exists():
         return []
-    data = path.read_bytes()
-    entries = []
+    return parse_offset_index(path.read_bytes())
+
+
+def parse_offset_index(data: bytes) -> list[tuple[int, int]]:
+    """Entries of ``.index`` bytes, up to the zero-filled tail or the first non-increasing one."""
+    entries: list[tuple[int, int]] = []
     for i in range(0, len(data) - len(data) % 8, 8):
         rel, pos = _INDEX_ENTRY.unpack_from(data, i)
         if i and rel == 0 and pos == 0:

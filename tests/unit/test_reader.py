@@ -168,3 +168,24 @@ def test_discovery_skips_transient_files_and_dirs(tmp_path: Path) -> None:
         (part / name).write_bytes(b"")
     segs = discover([tmp_path / "logs"])
     assert [(s.partition, s.base_offset, s.is_last) for s in segs] == [(7, 0, False), (7, 100, True)]
+
+
+def test_byte_ranges_report_each_problem_exactly_once() -> None:
+    """Split reading of a damaged file reports the same batches and issues as one pass."""
+    data, positions = log_of(40)
+    broken = bytearray(data)
+    broken[positions[10] + 70] ^= 0xFF  # a CRC failure: reading continues
+    broken[positions[25] + 8 : positions[25] + 12] = struct.pack(">i", 2)  # impossible size: rest unreadable
+    broken = bytes(broken)
+    src = BytesSource(broken)
+    whole = list(iter_log(src))
+    for step in (97, 500, 1234, 4096):
+        cuts = [*range(0, len(broken), step), len(broken)]
+        parts = []
+        for lo, hi in itertools.pairwise(cuts):
+            start = find_batch_start(src, lo)
+            if start is not None and start < hi:
+                parts += list(iter_log(src, start=start, end=hi))
+        assert parts == whole, step
+    batches, issues = split(whole)
+    assert len(batches) == 24 and [i.reason for i in issues] == [Reason.CRC_MISMATCH, Reason.BAD_BATCH_LENGTH]

@@ -1,0 +1,255 @@
+"""Spark data source ``kafka_segments``: broker log segments as bronze rows, read in byte ranges.
+
+    spark.read.format("kafka_segments")
+        .option("paths", json.dumps(["/var/lib/kafka/data", "s3://bucket/copy/"]))
+        .option("cluster", "prod")
+        .option("split_bytes", str(64 << 20))
+        .load()
+
+The driver lists segment files and plans byte ranges of ``split_bytes``; each Spark task reads
+the batches that *start* in its range (a batch crossing the range end belongs to the range it
+starts in), finding its first batch boundary with the segment's ``.index`` as a hint. Memory per
+task is bounded by the reader's window and the largest batch: a 1 GiB segment is read by many
+tasks and never loaded whole (``binaryFile`` would load it whole).
+
+Rows are either ``row_kind = 'record'`` (one per record, control records included) or
+``row_kind = 'issue'`` (torn tails, corrupt batches, unreadable remainders, with position and
+reason). Output is produced as Arrow record batches.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+TOPIC = "__consumer_offsets"
+
+SCHEMA_DDL = (
+    "row_kind string, cluster string, partition int, offset bigint, topic string, timestamp timestamp, "
+    "timestamp_type int, key binary, value binary, headers array<struct<key:string,value:binary>>, magic int, "
+    "codec string, producer_id bigint, producer_epoch int, base_sequence int, transactional boolean, "
+    "control boolean, partition_leader_epoch int, base_offset bigint, batch_position bigint, source_uri string, "
+    "content_hash string, issue_length bigint, issue_kind string, issue_reason string, issue_detail string, "
+    "last_segment boolean"
+)
+
+
+@dataclass(frozen=True)
+class ByteRange:
+    uri: str
+    start: int
+    end: int
+    partition: int
+    is_last: bool
+    index_uri: str | None
+
+
+class RangePartition(InputPartition):
+    def __init__(self, byte_range: ByteRange) -> None:
+        super().__init__(asdict(byte_range))
+
+
+def content_hash(key: bytes | None, value: bytes | None) -> str:
+    """sha256 over key and value with explicit null markers (null and empty differ)."""
+    h = hashlib.sha256()
+    for part in (key, value):
+        if part is None:
+            h.update(b"\xff")
+        else:
+            h.update(b"\x00" + len(part).to_bytes(4, "big") + part)
+    return h.hexdigest()
+
+
+def plan_ranges(paths: list[str], split_bytes: int) -> list[ByteRange]:
+    from pipelines.bronze.fs import list_segments
+
+    ranges = []
+    for seg in list_segments(paths):
+        if seg.partition is None:
+            raise ValueError(
+                f"{seg.uri}: cannot tell its __consumer_offsets partition "
+                "(segments must sit in __consumer_offsets-<N> directories)"
+            )
+        for start in range(0, max(seg.size, 1), split_bytes):
+            ranges.append(
+                ByteRange(seg.uri, start, min(start + split_bytes, seg.size), seg.partition, seg.is_last, seg.index_uri)
+            )
+    return ranges
+
+
+class SegmentsDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "kafka_segments"
+
+    def schema(self) -> str:
+        return SCHEMA_DDL
+
+    def reader(self, schema: Any) -> SegmentsReader:
+        return SegmentsReader(dict(self.options))
+
+
+class SegmentsReader(DataSourceReader):
+    def __init__(self, options: dict[str, str]) -> None:
+        self.paths: list[str] = json.loads(options["paths"])
+        self.cluster = options["cluster"]
+        self.split_bytes = int(options.get("split_bytes", 64 << 20))
+        self.cluster_from_path = options.get("cluster_from_path") or None
+
+    def partitions(self) -> list[InputPartition]:
+        return [RangePartition(r) for r in plan_ranges(self.paths, self.split_bytes)] or [InputPartition(None)]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        if partition.value is None:
+            return
+        r = ByteRange(**partition.value)
+        yield from read_range(r, cluster_for(r.uri, self.cluster, self.cluster_from_path))
+
+
+def cluster_for(uri: str, default: str, pattern: str | None) -> str:
+    """The cluster of a file: ``default``, or the ``cluster`` group of ``pattern`` in its path."""
+    if pattern is None:
+        return default
+    import re
+
+    m = re.search(pattern, uri)
+    if m is None or not m.group("cluster"):
+        raise ValueError(f"{uri}: cluster_from_path {pattern!r} does not match")
+    return m.group("cluster")
+
+
+def _empty_columns() -> dict[str, list]:
+    return {name.split(" ")[0]: [] for name in _column_names()}
+
+
+def _column_names() -> list[str]:
+    names, depth, cur = [], 0, ""
+    for ch in SCHEMA_DDL:  # split on top-level commas only
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        if ch == "," and depth == 0:
+            names.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    names.append(cur.strip())
+    return names
+
+
+def arrow_schema():
+    import pyarrow as pa
+
+    header = pa.struct([("key", pa.string()), ("value", pa.binary())])
+    types = {
+        "string": pa.string(),
+        "int": pa.int32(),
+        "bigint": pa.int64(),
+        "binary": pa.binary(),
+        "boolean": pa.bool_(),
+        "timestamp": pa.timestamp("us", tz="UTC"),
+        "array<struct<key:string,value:binary>>": pa.list_(header),
+    }
+    return pa.schema([(c.split(" ", 1)[0], types[c.split(" ", 1)[1]]) for c in _column_names()])
+
+
+def read_range(r: ByteRange, cluster: str, rows_per_batch: int = 8192) -> Iterator[Any]:
+    """Bronze rows of the batches starting in ``r``, as pyarrow RecordBatches."""
+    import pyarrow as pa
+
+    from pipelines.bronze.fs import ArrowFileSource, read_index_positions
+    from pipelines.codec.reader import Batch, find_batch_start, iter_log
+
+    schema = arrow_schema()
+    cols = _empty_columns()
+    src = ArrowFileSource(r.uri)
+    n = 0
+
+    def flush() -> Any:
+        nonlocal cols, n
+        batch = pa.RecordBatch.from_pydict(cols, schema=schema)
+        cols, n = _empty_columns(), 0
+        return batch
+
+    try:
+        start = find_batch_start(src, r.start, read_index_positions(r.index_uri)) if r.start else 0
+        if start is None or start >= r.end:
+            return
+        for item in iter_log(src, start=start, end=r.end):
+            if isinstance(item, Batch):
+                _add_batch(cols, item, r, cluster)
+                n += len(item.records or ())
+            else:
+                _add_issue(cols, item, r, cluster)
+                n += 1
+            if n >= rows_per_batch:
+                yield flush()
+        if n:
+            yield flush()
+    finally:
+        src.close()
+
+
+_TS_TYPE = {"CreateTime": 0, "LogAppendTime": 1, None: -1}
+
+
+def _add_batch(cols: dict[str, list], b: Any, r: ByteRange, cluster: str) -> None:
+    from datetime import datetime, timezone
+
+    ts_type = _TS_TYPE[b.timestamp_type]
+    for rec in b.records or ():
+        cols["row_kind"].append("record")
+        cols["cluster"].append(cluster)
+        cols["partition"].append(r.partition)
+        cols["offset"].append(rec.offset)
+        cols["topic"].append(TOPIC)
+        cols["timestamp"].append(
+            None if rec.timestamp is None else datetime.fromtimestamp(rec.timestamp / 1000, tz=timezone.utc)
+        )
+        cols["timestamp_type"].append(ts_type)
+        cols["key"].append(rec.key)
+        cols["value"].append(rec.value)
+        cols["headers"].append([{"key": k, "value": v} for k, v in rec.headers])
+        cols["magic"].append(b.magic)
+        cols["codec"].append(b.codec_name)
+        cols["producer_id"].append(b.producer_id)
+        cols["producer_epoch"].append(b.producer_epoch)
+        cols["base_sequence"].append(b.base_sequence)
+        cols["transactional"].append(b.is_transactional)
+        cols["control"].append(b.is_control)
+        cols["partition_leader_epoch"].append(b.partition_leader_epoch)
+        cols["base_offset"].append(b.base_offset)
+        cols["batch_position"].append(b.position)
+        cols["source_uri"].append(r.uri)
+        cols["content_hash"].append(content_hash(rec.key, rec.value))
+        for name in ("issue_length", "issue_kind", "issue_reason", "issue_detail"):
+            cols[name].append(None)
+        cols["last_segment"].append(r.is_last)
+
+
+def _add_issue(cols: dict[str, list], issue: Any, r: ByteRange, cluster: str) -> None:
+    values = {name: None for name in cols}
+    # a torn tail is only normal at the end of a partition's last segment
+    kind = issue.kind if (issue.kind != "torn_tail" or r.is_last) else "corrupt_batch"
+    values.update(
+        row_kind="issue",
+        cluster=cluster,
+        partition=r.partition,
+        topic=TOPIC,
+        batch_position=issue.position,
+        source_uri=r.uri,
+        issue_length=issue.length,
+        issue_kind=kind,
+        issue_reason=issue.reason.value,
+        issue_detail=issue.detail,
+        last_segment=r.is_last,
+        control=False,
+    )
+    for name, value in values.items():
+        cols[name].append(value)

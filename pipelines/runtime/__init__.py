@@ -1,0 +1,1 @@
+"""Runtime: configuration (jobs.yaml), JVM jars, the Spark session and Delta table I/O."""

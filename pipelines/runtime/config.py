@@ -1,0 +1,188 @@
+"""``jobs.yaml``: the lakehouse, Spark, sources and jobs, validated with clear errors.
+
+Every error names the field (``sources.prod.bootstrap_servers: field required``). Strings may
+use ``${ENV}`` / ``${ENV:-default}``; a missing variable is an error that names both. Secrets
+(passwords, SASL JAAS configs) are ``SecretStr``: never printed, logged or put in ``--json``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from croniter import croniter
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+
+_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+class ConfigError(Exception):
+    """A configuration problem; the message names the file and the field."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Lakehouse(_Model):
+    root: str = Field(description="local path or object-store URI (s3a://bucket/prefix) of the Delta tables")
+    bronze_schema: str = "bronze"
+    silver_schema: str = "silver"
+    gold_schema: str = "gold"
+    quality_schema: str = "quality"
+
+
+class SparkSettings(_Model):
+    master: str = "local[*]"
+    app_name: str = "offsets-lakehouse"
+    conf: dict[str, str] = Field(default_factory=dict)
+
+
+class Security(_Model):
+    protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: str | None = None
+    username: str | None = None
+    password: SecretStr | None = None
+    ssl_truststore_location: str | None = None
+    ssl_truststore_password: SecretStr | None = None
+    extra: dict[str, SecretStr] = Field(default_factory=dict, description="more kafka.* client options")
+
+
+class _Source(_Model):
+    cluster: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")]
+    offsets_partitions: int | None = Field(None, ge=1, description="partition count of __consumer_offsets")
+
+
+class KafkaSource(_Source):
+    kind: Literal["kafka"]
+    bootstrap_servers: str
+    topic: str = "__consumer_offsets"
+    security: Security = Security()
+    min_partitions: int | None = Field(None, ge=1)
+
+
+class SegmentsSource(_Source):
+    kind: Literal["segments"]
+    paths: list[str] = Field(
+        min_length=1, description="log directories, partition directories or .log files; globs allowed"
+    )
+    split_bytes: int = Field(64 * 1024 * 1024, ge=4096, description="byte range read by one Spark task")
+    cluster_from_path: str | None = Field(
+        None, description="regex with a named group 'cluster' applied to each file's path: one source, many clusters"
+    )
+
+    @field_validator("cluster_from_path")
+    @classmethod
+    def _cluster_group(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                pattern = re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"not a regular expression: {exc}") from None
+            if "cluster" not in pattern.groupindex:
+                raise ValueError("needs a named group (?P<cluster>...)")
+        return value
+
+
+class DumpSource(_Source):
+    kind: Literal["dump"]
+    format: Literal["jsonl", "parquet"]
+    paths: list[str] = Field(min_length=1)
+
+
+Source = Annotated[KafkaSource | SegmentsSource | DumpSource, Field(discriminator="kind")]
+Stage = Literal["bronze", "silver", "gold", "quality"]
+Policy = Literal["fail", "warn", "quarantine"]
+
+
+class QualitySettings(_Model):
+    policy: Policy = "fail"
+    overrides: dict[str, Policy] = Field(default_factory=dict, description="suite or expectation -> policy")
+    max_clock_skew_minutes: int = Field(10, ge=0)
+    max_pending_transaction_minutes: int = Field(15, ge=0)
+    truth_snapshot: str | None = None
+
+
+class Job(_Model):
+    sources: list[str] = Field(min_length=1)
+    stages: list[Stage] = Field(default_factory=lambda: ["bronze", "silver", "gold", "quality"])
+    schedule: str | None = Field(None, description="cron expression, for Airflow/cron wrappers")
+    quality: QualitySettings = QualitySettings()
+
+    @field_validator("schedule")
+    @classmethod
+    def _cron(cls, value: str | None) -> str | None:
+        if value is not None and not croniter.is_valid(value):
+            raise ValueError(f"not a cron expression: {value!r}")
+        return value
+
+
+class JobsFile(_Model):
+    lakehouse: Lakehouse
+    spark: SparkSettings = SparkSettings()
+    sources: dict[str, Source]
+    jobs: dict[str, Job]
+
+    @model_validator(mode="after")
+    def _references(self) -> JobsFile:
+        for name, job in self.jobs.items():
+            for src in job.sources:
+                if src not in self.sources:
+                    raise ValueError(f"jobs.{name}.sources: unknown source {src!r} (known: {sorted(self.sources)})")
+        return self
+
+
+def _interpolate(value: Any, where: str) -> Any:
+    if isinstance(value, str):
+
+        def sub(m: re.Match[str]) -> str:
+            name, default = m.group(1), m.group(2)
+            if name in os.environ:
+                return os.environ[name]
+            if default is not None:
+                return default
+            raise ConfigError(f"{where}: environment variable {name} is not set")
+
+        return _ENV.sub(sub, value)
+    if isinstance(value, dict):
+        return {k: _interpolate(v, f"{where}.{k}" if where else str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_interpolate(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    return value
+
+
+def _describe(err: ValidationError, path: Path) -> str:
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"] if not str(p).startswith(("function-after", "tagged-union")))
+        msg = e["msg"].removeprefix("Value error, ")
+        lines.append(f"{path}: {loc or '(top level)'}: {msg}")
+    return "\n".join(lines)
+
+
+def load(path: str | Path) -> JobsFile:
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"{path}: no such file")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    try:
+        return JobsFile.model_validate(_interpolate(raw, ""))
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, path)) from None
+
+
+def resolve_root(config: JobsFile, base: Path) -> str:
+    """The lakehouse root as an absolute path or URI (relative paths are relative to jobs.yaml)."""
+    root = config.lakehouse.root
+    if "://" in root:
+        return root.rstrip("/")
+    p = Path(root)
+    return str((p if p.is_absolute() else base / p).resolve())

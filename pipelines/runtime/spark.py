@@ -1,0 +1,80 @@
+"""The Spark session: any master, Delta configured, our Python data sources registered.
+
+``local[*]`` by default; ``spark.master`` in jobs.yaml or ``--master`` select a standalone,
+YARN or Kubernetes cluster (or run the CLI under ``spark-submit``, which sets the master).
+The Delta and Kafka jars come from :mod:`pipelines.runtime.jars` (Maven, cached). Executors
+must import ``pipelines``: on a cluster whose workers do not have the package installed, the
+package is shipped to them as a zip (``spark.submit.pyFiles``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pipelines.runtime import jars
+from pipelines.runtime.config import SparkSettings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+DEFAULTS = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    # names live in each session's catalog; tables are path-based (see tables.py)
+    "spark.sql.catalogImplementation": "in-memory",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.shuffle.partitions": "8",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.databricks.delta.schema.autoMerge.enabled": "false",
+    # MERGE keyed on log positions must see the newest snapshot of its target
+    "spark.databricks.delta.merge.repartitionBeforeWrite.enabled": "true",
+}
+
+
+def package_zip() -> Path:
+    """The ``pipelines`` package (with ``schemas/``) as a zip for executors."""
+    repo = Path(__file__).resolve().parents[2]
+    target = Path(tempfile.gettempdir()) / f"offsets-lakehouse-{os.getpid()}.zip"
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as zf:
+        for path in (repo / "pipelines").rglob("*.py"):
+            zf.write(path, path.relative_to(repo))
+        for path in (repo / "schemas").rglob("*.yaml"):
+            zf.write(path, Path("pipelines/_schemas") / path.relative_to(repo / "schemas"))
+    return target
+
+
+def build_session(
+    settings: SparkSettings | None = None,
+    master: str | None = None,
+    ship_package: bool | None = None,
+    extra_conf: dict[str, str] | None = None,
+) -> SparkSession:
+    from pyspark.sql import SparkSession
+
+    settings = settings or SparkSettings()
+    master = master or os.environ.get("OFFSETS_SPARK_MASTER") or settings.master
+    conf = dict(DEFAULTS)
+    conf["spark.jars"] = ",".join(str(p) for p in jars.resolve())
+    conf["spark.pyspark.python"] = sys.executable
+    conf["spark.pyspark.driver.python"] = sys.executable
+    conf.update(settings.conf)
+    conf.update(extra_conf or {})
+    builder = SparkSession.builder.appName(settings.app_name)
+    if master and "SPARK_SUBMIT_MASTER" not in os.environ:
+        builder = builder.master(master)
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("OFFSETS_SPARK_LOG_LEVEL", "WARN"))
+    if ship_package if ship_package is not None else not master.startswith("local"):
+        spark.sparkContext.addPyFile(str(package_zip()))
+    from pipelines.bronze.segments_source import SegmentsDataSource
+
+    spark.dataSource.register(SegmentsDataSource)
+    return spark

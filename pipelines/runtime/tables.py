@@ -1,0 +1,143 @@
+"""Delta tables from their declarations in ``schemas/tables/*.yaml``.
+
+Tables are path-based (``<root>/<layer>/<table>``) and registered by name in every session's
+in-memory catalog (``CREATE TABLE IF NOT EXISTS bronze.x ... LOCATION``), so a scheduled run
+and any number of readers (`offsets-lakehouse sql`, `spark-sql -i`) coexist without sharing a
+single-user Derby metastore. Delta itself refuses a declaration whose columns differ from an
+existing table's, which catches schema drift at registration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from pipelines.codec.schema import schemas_dir
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType
+
+LAYERS = ("bronze", "silver", "gold", "quality")
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str
+    nullable: bool = True
+    comment: str = ""
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    layer: str
+    name: str
+    comment: str
+    columns: tuple[Column, ...]
+    partitioned_by: tuple[str, ...] = ()
+    properties: dict[str, str] = field(default_factory=dict)
+
+    def ddl_columns(self) -> str:
+        return ", ".join(
+            f"`{c.name}` {c.type}{'' if c.nullable else ' NOT NULL'}"
+            + (f" COMMENT {_sql_str(c.comment)}" if c.comment else "")
+            for c in self.columns
+        )
+
+    def struct(self) -> StructType:
+        from pyspark.sql.types import StructType
+
+        return StructType.fromDDL(", ".join(f"`{c.name}` {c.type}" for c in self.columns))
+
+
+def _sql_str(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def load_specs(root: Path | None = None) -> dict[str, dict[str, TableSpec]]:
+    """layer -> table name -> spec."""
+    root = (root or schemas_dir()) / "tables"
+    out: dict[str, dict[str, TableSpec]] = {}
+    for path in sorted(root.glob("*.yaml")):
+        doc: dict[str, Any] = yaml.safe_load(path.read_text())
+        layer = doc["layer"]
+        out[layer] = {}
+        for name, t in doc["tables"].items():
+            cols = tuple(
+                Column(c["name"], c["type"], c.get("nullable", True), c.get("comment", "")) for c in t["columns"]
+            )
+            unknown = set(t.get("partitioned_by", [])) - {c.name for c in cols}
+            if unknown:
+                raise ValueError(f"{path.name}: {name} is partitioned by unknown columns {sorted(unknown)}")
+            out[layer][name] = TableSpec(
+                layer,
+                name,
+                t.get("comment", ""),
+                cols,
+                tuple(t.get("partitioned_by", [])),
+                dict(t.get("properties", {})),
+            )
+    return out
+
+
+class Tables:
+    """Names, paths and registration of the lakehouse's tables for one session."""
+
+    def __init__(self, spark: SparkSession, root: str, schema_names: dict[str, str] | None = None) -> None:
+        self.spark = spark
+        self.root = root.rstrip("/")
+        self.specs = load_specs()
+        self.schema_names = {layer: layer for layer in LAYERS} | (schema_names or {})
+
+    def spec(self, layer: str, name: str) -> TableSpec:
+        return self.specs[layer][name]
+
+    def path(self, layer: str, name: str) -> str:
+        return f"{self.root}/{layer}/{name}"
+
+    def name(self, layer: str, table: str) -> str:
+        return f"{self.schema_names[layer]}.{table}"
+
+    def ensure(self, layer: str, table: str) -> str:
+        """Create the Delta table at its path if needed and register its name; returns the name."""
+        spec = self.spec(layer, table)
+        name = self.name(layer, table)
+        self.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {self.schema_names[layer]}")
+        parts = f" PARTITIONED BY ({', '.join(spec.partitioned_by)})" if spec.partitioned_by else ""
+        props = {"delta.appendOnly": "false", **spec.properties}
+        tblprops = ", ".join(f"{_sql_str(k)} = {_sql_str(v)}" for k, v in props.items())
+        self.spark.sql(
+            f"CREATE TABLE IF NOT EXISTS {name} ({spec.ddl_columns()}) USING DELTA{parts} "
+            f"LOCATION {_sql_str(self.path(layer, table))} COMMENT {_sql_str(spec.comment)} TBLPROPERTIES ({tblprops})"
+        )
+        return name
+
+    def ensure_layer(self, layer: str) -> list[str]:
+        return [self.ensure(layer, t) for t in self.specs.get(layer, {})]
+
+    def register_existing(self) -> list[str]:
+        """Register every table that already exists on storage (for readers: sql, status)."""
+        from delta.tables import DeltaTable
+
+        names = []
+        for layer, tables in self.specs.items():
+            for table in tables:
+                if DeltaTable.isDeltaTable(self.spark, self.path(layer, table)):
+                    names.append(self.ensure(layer, table))
+        return names
+
+    def init_sql(self) -> str:
+        """SQL that registers every table by name, for `spark-sql -i` users."""
+        lines = []
+        for layer, tables in self.specs.items():
+            lines.append(f"CREATE SCHEMA IF NOT EXISTS {self.schema_names[layer]};")
+            for t in tables:
+                lines.append(
+                    f"CREATE TABLE IF NOT EXISTS {self.name(layer, t)} USING DELTA "
+                    f"LOCATION {_sql_str(self.path(layer, t))};"
+                )
+        return "\n".join(lines) + "\n"

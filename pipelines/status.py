@@ -1,0 +1,43 @@
+"""``offsets-lakehouse status``: what is in the lakehouse and how far each partition got."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def collect_status(ctx: Any) -> dict[str, Any]:
+    from pyspark.sql import functions as F
+
+    tables = ctx.tables
+    names = tables.register_existing()
+    doc: dict[str, Any] = {"root": ctx.root, "tables": [], "watermarks": [], "runs": [], "notes": []}
+    for layer, specs in tables.specs.items():
+        for table in specs:
+            name = tables.name(layer, table)
+            if name in names:
+                doc["tables"].append(
+                    {"table": name, "rows": ctx.spark.table(name).count(), "location": tables.path(layer, table)}
+                )
+    bronze = tables.name("bronze", "offsets_records")
+    if bronze in names:
+        marks = (
+            ctx.spark.table(bronze)
+            .groupBy("cluster", "partition")
+            .agg(
+                F.count("*").alias("records"),
+                F.min("offset").alias("first_offset"),
+                F.max("offset").alias("last_offset"),
+                F.max("ingested_at").alias("last_ingested"),
+            )
+            .orderBy("cluster", "partition")
+        )
+        doc["watermarks"] = [r.asDict() for r in marks.collect()]
+    else:
+        doc["notes"].append("no bronze table yet: run a job first (offsets-lakehouse run <job>)")
+    runs = tables.name("bronze", "runs")
+    if runs in names:
+        doc["runs"] = [
+            r.asDict()
+            for r in ctx.spark.table(runs).drop("summary").orderBy(F.col("started_at").desc()).limit(10).collect()
+        ]
+    return doc

@@ -1,0 +1,36 @@
+"""One local Spark session for the whole spark tier; each test gets its own lakehouse root."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator:
+    from pipelines.runtime.config import SparkSettings
+    from pipelines.runtime.spark import build_session
+
+    session = build_session(
+        SparkSettings(
+            master="local[2]",
+            conf={
+                "spark.sql.shuffle.partitions": "4",
+                "spark.ui.enabled": "false",
+                "spark.default.parallelism": "4",
+            },
+        )
+    )
+    yield session
+    session.stop()
+
+
+@pytest.fixture()
+def tables(spark, tmp_path: Path):
+    from pipelines.runtime.tables import Tables
+
+    for db in ("bronze", "silver", "gold", "quality"):
+        spark.sql(f"DROP SCHEMA IF EXISTS {db} CASCADE")
+    return Tables(spark, str(tmp_path / "lakehouse"))
