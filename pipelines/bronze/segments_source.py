@@ -50,8 +50,26 @@ class ByteRange:
 
 
 class RangePartition(InputPartition):
-    def __init__(self, byte_range: ByteRange) -> None:
-        super().__init__(asdict(byte_range))
+    """One Spark task: byte ranges of one or more files (small files are packed together)."""
+
+    def __init__(self, ranges: list[ByteRange]) -> None:
+        super().__init__([asdict(r) for r in ranges])
+
+
+def pack(ranges: list[ByteRange], split_bytes: int) -> list[list[ByteRange]]:
+    """Group consecutive ranges into tasks of about ``split_bytes``: a task per Python worker
+    start is the dominant cost for the many small files of a typical log directory."""
+    tasks: list[list[ByteRange]] = []
+    size = 0
+    for r in ranges:
+        length = max(r.end - r.start, 1)
+        if tasks and size + length <= split_bytes:
+            tasks[-1].append(r)
+            size += length
+        else:
+            tasks.append([r])
+            size = length
+    return tasks
 
 
 def content_hash(key: bytes | None, value: bytes | None) -> str:
@@ -102,13 +120,13 @@ class SegmentsReader(DataSourceReader):
         self.cluster_from_path = options.get("cluster_from_path") or None
 
     def partitions(self) -> list[InputPartition]:
-        return [RangePartition(r) for r in plan_ranges(self.paths, self.split_bytes)] or [InputPartition(None)]
+        tasks = pack(plan_ranges(self.paths, self.split_bytes), self.split_bytes)
+        return [RangePartition(t) for t in tasks] or [InputPartition(None)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        if partition.value is None:
-            return
-        r = ByteRange(**partition.value)
-        yield from read_range(r, cluster_for(r.uri, self.cluster, self.cluster_from_path))
+        for value in partition.value or ():
+            r = ByteRange(**value)
+            yield from read_range(r, cluster_for(r.uri, self.cluster, self.cluster_from_path))
 
 
 def cluster_for(uri: str, default: str, pattern: str | None) -> str:
