@@ -141,3 +141,30 @@ class Tables:
                     f"LOCATION {_sql_str(self.path(layer, t))};"
                 )
         return "\n".join(lines) + "\n"
+
+
+def data_dictionary() -> str:
+    """docs/tables.md: every table and column with its type and comment, from the declarations."""
+    lines = [
+        "# Tables",
+        "",
+        "Generated from `schemas/tables/*.yaml` by `python -m pipelines.runtime.tables > docs/tables.md`;",
+        "a unit test keeps it in step. Tables live at `<lakehouse root>/<layer>/<table>` and are",
+        "registered as `<layer>.<table>` in every session (`offsets-lakehouse sql`, or",
+        "`spark-sql -i <(offsets-lakehouse sql --print-init)`).",
+        "",
+    ]
+    for layer, tables in load_specs().items():
+        for name, spec in tables.items():
+            lines += [f"## `{layer}.{name}`", "", spec.comment, ""]
+            if spec.partitioned_by:
+                lines += [f"Partitioned by: {', '.join(f'`{c}`' for c in spec.partitioned_by)}.", ""]
+            lines += ["| column | type | null | meaning |", "|---|---|---|---|"]
+            for c in spec.columns:
+                lines.append(f"| `{c.name}` | `{c.type}` | {'yes' if c.nullable else 'no'} | {c.comment} |")
+            lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(data_dictionary(), end="")
