@@ -61,8 +61,11 @@ def build_session(
     master = master or os.environ.get("OFFSETS_SPARK_MASTER") or settings.master
     conf = dict(DEFAULTS)
     conf["spark.jars"] = ",".join(str(p) for p in jars.resolve())
-    conf["spark.pyspark.python"] = sys.executable
-    conf["spark.pyspark.driver.python"] = sys.executable
+    # Python workers must run this interpreter (this virtualenv): SparkContext reads
+    # PYSPARK_PYTHON, not spark.pyspark.python, when the JVM is started from Python
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    conf["spark.pyspark.python"] = os.environ["PYSPARK_PYTHON"]
     conf.update(settings.conf)
     conf.update(extra_conf or {})
     builder = SparkSession.builder.appName(settings.app_name)
