@@ -127,6 +127,7 @@ def _bronze(ctx: Context, sources: list[str], run_id: str) -> list[dict[str, Any
     from pipelines.bronze.ingest import ingest
 
     details = []
+    ctx.spark  # noqa: B018 - start the session first: the log line below then means "reading data"
     for name in sources:
         log.info("bronze: ingesting source %s", name)
         result = ingest(ctx.spark, ctx.tables, name, ctx.config.sources[name], run_id, str(ctx.base_dir))
