@@ -223,8 +223,10 @@ def ingest(spark: SparkSession, tables: Tables, name: str, source: Any, run_id: 
     if isinstance(source, KafkaSource):
         from pipelines.runtime.config import ConfigError
 
-        raise ConfigError(f"source {name}: kind kafka (Spark's Kafka source) is not available in this version; "
-                          "ingest segment files or dumps instead")
+        raise ConfigError(
+            f"source {name}: kind kafka (Spark's Kafka source) is not available in this version; "
+            "ingest segment files or dumps instead"
+        )
     if isinstance(source, DumpSource):
         from pipelines.bronze.dump_source import ingest_dump
 

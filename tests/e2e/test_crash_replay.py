@@ -33,7 +33,7 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def jobs_file(tmp_path: Path, logs: Path) -> Path:
     path = tmp_path / "jobs.yaml"
     path.write_text(f"""
-lakehouse: {{root: {tmp_path / 'lakehouse'}}}
+lakehouse: {{root: {tmp_path / "lakehouse"}}}
 spark:
   master: local[2]
   conf: {{spark.sql.shuffle.partitions: "4", spark.ui.enabled: "false"}}
@@ -51,8 +51,9 @@ def run(config: Path, fault: str | None = None, kill_after: float | None = None)
     if fault:
         env["OFFSETS_FAULT"] = fault
     cmd = [sys.executable, "-m", "pipelines.cli.main", "run", "j", "-c", str(config), "--json"]
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     if kill_after is None:
         proc.communicate(timeout=600)
         return proc.returncode
@@ -66,13 +67,13 @@ def run(config: Path, fault: str | None = None, kill_after: float | None = None)
     return proc.returncode
 
 
-def table(spark, root: Path) -> set:  # noqa: ANN001
+def table(spark, root: Path) -> set:
     df = spark.read.format("delta").load(str(root / "lakehouse" / "bronze" / "offsets_records"))
     return {tuple(r) for r in df.select(*COLUMNS).collect()}
 
 
 @pytest.fixture(scope="module")
-def reference(spark, logs: Path, tmp_path_factory: pytest.TempPathFactory) -> set:  # noqa: ANN001
+def reference(spark, logs: Path, tmp_path_factory: pytest.TempPathFactory) -> set:
     root = tmp_path_factory.mktemp("reference")
     assert run(jobs_file(root, logs)) == 0
     rows = table(spark, root)
@@ -81,14 +82,14 @@ def reference(spark, logs: Path, tmp_path_factory: pytest.TempPathFactory) -> se
 
 
 @pytest.mark.parametrize("fault", sorted(faults.POINTS))
-def test_fault_point_then_rerun(spark, logs: Path, reference: set, tmp_path: Path, fault: str) -> None:  # noqa: ANN001
+def test_fault_point_then_rerun(spark, logs: Path, reference: set, tmp_path: Path, fault: str) -> None:
     config = jobs_file(tmp_path, logs)
     assert run(config, fault=fault) == faults.EXIT_CODE
     assert run(config) == 0
     assert table(spark, tmp_path) == reference
 
 
-def test_sigkill_mid_ingest_then_rerun(spark, logs: Path, reference: set, tmp_path: Path) -> None:  # noqa: ANN001
+def test_sigkill_mid_ingest_then_rerun(spark, logs: Path, reference: set, tmp_path: Path) -> None:
     config = jobs_file(tmp_path, logs)
     code = run(config, kill_after=3.0)
     assert code == -signal.SIGKILL
