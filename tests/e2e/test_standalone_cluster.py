@@ -48,7 +48,7 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
                 str(free_port()),
             ],
             env=env,
-            stdout=open(logs / "master.log", "w"),
+            stdout=open(logs / "master.log", "w"),  # noqa: SIM115 - open for the process lifetime
             stderr=subprocess.STDOUT,
         )
     ]
@@ -72,7 +72,7 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
                     str(logs / f"work{i}"),
                 ],
                 env=env,
-                stdout=open(logs / f"worker{i}.log", "w"),
+                stdout=open(logs / f"worker{i}.log", "w"),  # noqa: SIM115
                 stderr=subprocess.STDOUT,
             )
         )
