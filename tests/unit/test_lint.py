@@ -13,6 +13,7 @@ def test_ruff_check() -> None:
 
 
 def test_ruff_format() -> None:
-    proc = subprocess.run([sys.executable, "-m", "ruff", "format", "--check", "."], cwd=REPO, capture_output=True,
-                          text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "--check", "."], cwd=REPO, capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stdout[-3000:]
