@@ -1,0 +1,75 @@
+"""Bronze ingest benchmark: records/s from segment files into bronze.offsets_records.
+
+    python bench/bronze_bench.py --records 1000000 [--master local[*]]
+
+Generates (once, cached under var/bench/) a log of the generator's realistic mix, ingests it
+into a fresh lakehouse (first run: every record inserted), then ingests it again (the
+idempotent no-op re-run), and prints both wall times and records/s as a Markdown table and
+one JSON line. Spark session start-up is excluded and reported separately.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from pipelines.bronze.ingest import ingest_segments  # noqa: E402
+from pipelines.generate import generate  # noqa: E402
+from pipelines.runtime.config import SegmentsSource, SparkSettings  # noqa: E402
+from pipelines.runtime.spark import build_session  # noqa: E402
+from pipelines.runtime.tables import Tables  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--master", default="local[*]")
+    args = parser.parse_args()
+    logs = REPO / "var" / "bench" / f"codec-{args.records}-s{args.seed}"
+    if not (logs / "generator-manifest.json").exists():
+        t = time.perf_counter()
+        generate(logs, args.records, seed=args.seed, overwrite=True)
+        print(f"generated {args.records} records in {time.perf_counter() - t:.0f} s", file=sys.stderr)
+    size = sum(p.stat().st_size for p in logs.rglob("*.log"))
+    root = REPO / "var" / "bench" / "bronze-lakehouse"
+    shutil.rmtree(root, ignore_errors=True)
+    t = time.perf_counter()
+    spark = build_session(SparkSettings(master=args.master, conf={"spark.ui.enabled": "false"}))
+    startup = time.perf_counter() - t
+    tables = Tables(spark, str(root))
+    source = SegmentsSource(kind="segments", cluster="bench", paths=[str(logs)])
+    rows = []
+    for label in ("first run (all inserted)", "re-run (no-op)"):
+        t = time.perf_counter()
+        res = ingest_segments(spark, tables, "bench", source, label, "/")
+        secs = time.perf_counter() - t
+        rows.append(
+            {
+                "run": label,
+                "records_read": res.rows_read,
+                "inserted": res.rows_inserted,
+                "seconds": round(secs, 1),
+                "records_per_s": round(res.rows_read / secs),
+            }
+        )
+    print(
+        f"\n{args.records} generated records, {size / 2**20:.1f} MiB, master {args.master}, "
+        f"Spark start-up {startup:.0f} s\n"
+    )
+    print("| run | records read | inserted | seconds | records/s |")
+    print("|---|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['run']} | {r['records_read']} | {r['inserted']} | {r['seconds']} | {r['records_per_s']:,} |")
+    print(json.dumps({"benchmark": "bronze", "records": args.records, "master": args.master, "rows": rows}))
+
+
+if __name__ == "__main__":
+    main()
