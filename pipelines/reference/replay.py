@@ -349,9 +349,18 @@ def iter_batches(segments: Iterable[SegmentFile]) -> Iterator[list[Entry]]:
                 yield entries_of_batch(seg.partition, batch)
 
 
-def replay_paths(paths: list[str], retention_ms: int = DEFAULT_RETENTION_MS) -> Replay:
-    """Replay every partition found under ``paths`` (segments in base-offset order)."""
+def replay_paths(
+    paths: list[str], retention_ms: int = DEFAULT_RETENTION_MS, stop_at: dict[int, int] | None = None
+) -> Replay:
+    """Replay every partition found under ``paths`` (segments in base-offset order).
+
+    ``stop_at`` ({partition: offset}) replays each listed partition only below that offset: the
+    state at a known log position, e.g. a truth snapshot's ``offsets_topic_end_offsets``.
+    """
     replay = Replay(retention_ms)
     for entries in iter_batches(discover(list(paths))):
+        if stop_at is not None and entries:
+            end = stop_at.get(entries[0].partition)
+            entries = entries if end is None else [e for e in entries if e.offset < end]
         replay.apply_batch(entries)
     return replay
