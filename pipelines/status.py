@@ -34,6 +34,16 @@ def collect_status(ctx: Any) -> dict[str, Any]:
         doc["watermarks"] = [r.asDict() for r in marks.collect()]
     else:
         doc["notes"].append("no bronze table yet: run a job first (offsets-lakehouse run <job>)")
+        from pipelines.bronze.kafka_source import last_runs
+
+        doc["kafka_positions"] = last_runs(ctx.spark, tables)
+        for row in doc["kafka_positions"]:
+            if row["held_back"]:
+                doc["notes"].append(
+                    f"cluster {row['cluster']} partition {row['partition']}: ingestion held at the last stable "
+                    f"offset {row['position']}, {row['held_back']} records behind the high watermark "
+                    "(an open transaction; see docs/bronze.md)"
+                )
     runs = tables.name("bronze", "runs")
     if runs in names:
         doc["runs"] = [

@@ -5,7 +5,8 @@ Every source produces rows keyed by the log position (cluster, partition, offset
 overlapping input never duplicates a record, and a run killed at any point and re-run gives
 the same table: the data and what it implies about progress (the per-partition maximum
 offset) land in the same Delta commit. The Kafka source's read positions (its end offsets,
-which can lie past the last returned record) are stored in that very commit's metadata.
+which can lie past the last returned record) are stored in that very commit's metadata
+(pipelines/bronze/kafka_source.py).
 
 The same position delivered again with different bytes is a conflict: the first delivery is
 kept, the conflict recorded in ``bronze.conflicts`` and counted in the run summary. Nothing in
@@ -61,9 +62,18 @@ def bronze_columns(tables: Tables) -> list[str]:
 
 
 def merge_records(
-    spark: SparkSession, tables: Tables, rows: DataFrame, run_id: str, commit_metadata: dict[str, Any] | None = None
+    spark: SparkSession,
+    tables: Tables,
+    rows: DataFrame,
+    run_id: str,
+    commit_metadata: dict[str, Any] | None = None,
+    always_commit: bool = False,
 ) -> tuple[int, int]:
-    """Insert-only MERGE of bronze rows; returns (rows inserted, conflicts recorded)."""
+    """Insert-only MERGE of bronze rows; returns (rows inserted, conflicts recorded).
+
+    ``always_commit``: when the MERGE has nothing to insert (no new table version), write an empty
+    commit carrying ``commit_metadata`` anyway: the Kafka source's positions must advance past
+    ranges that held only aborted commits or markers."""
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
@@ -112,6 +122,9 @@ def merge_records(
                 .execute()
             )
         inserted = _merge_inserted(spark, path, before)
+        if always_commit and DeltaTable.forPath(spark, path).history(1).collect()[0]["version"] == before:
+            with _commit_metadata(spark, commit_metadata):
+                spark.createDataFrame([], rows.schema).write.format("delta").mode("append").save(path)
         faults.point("bronze.after_commit")
     finally:
         rows.unpersist()
@@ -221,12 +234,9 @@ def ingest(spark: SparkSession, tables: Tables, name: str, source: Any, run_id: 
     if isinstance(source, SegmentsSource):
         return ingest_segments(spark, tables, name, source, run_id, base_dir)
     if isinstance(source, KafkaSource):
-        from pipelines.runtime.config import ConfigError
+        from pipelines.bronze.kafka_source import ingest_kafka
 
-        raise ConfigError(
-            f"source {name}: kind kafka (Spark's Kafka source) is not available in this version; "
-            "ingest segment files or dumps instead"
-        )
+        return ingest_kafka(spark, tables, name, source, run_id)
     if isinstance(source, DumpSource):
         from pipelines.bronze.dump_source import ingest_dump
 

@@ -126,6 +126,20 @@ def render_status(doc: dict[str, Any]) -> None:
             str(row["last_ingested"]),
         )
     console.print(w)
+    if doc.get("kafka_positions"):
+        k = Table(title="Kafka source positions (last run per cluster)")
+        for col in ("cluster", "partition", "position", "high watermark", "held back", "run"):
+            k.add_column(col)
+        for row in doc["kafka_positions"]:
+            k.add_row(
+                row["cluster"],
+                str(row["partition"]),
+                str(row["position"]),
+                str(row["high_watermark"]),
+                str(row["held_back"]),
+                str(row["run_id"]),
+            )
+        console.print(k)
     r = Table(title="last runs")
     for col in ("run", "job", "stage", "status", "started", "finished"):
         r.add_column(col)
