@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import fnmatch
 import posixpath
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +46,14 @@ def filesystem(uri: str):
     uri = _normalise(uri)
     if uri.startswith("/"):
         return fs.LocalFileSystem(), uri
+    scheme, _, rest = uri.partition("://")
+    if scheme == "s3":
+        # the key is taken literally, not parsed as a URI: '?', '#' and '%' are glob or name
+        # characters here (from_uri would read '?' as the start of a query string)
+        bucket, _, key = rest.partition("/")
+        filesys, root = fs.FileSystem.from_uri(f"s3://{bucket}")
+        key = key.rstrip("/")
+        return filesys, f"{root}/{key}" if key else root
     return fs.FileSystem.from_uri(uri)
 
 
@@ -52,6 +61,25 @@ def _join(uri: str, path: str) -> str:
     """Rebuild a URI for a path returned by a filesystem listing."""
     scheme, sep, _ = _normalise(uri).partition("://")
     return f"{scheme}://{path}" if sep else path
+
+
+def _glob_base(pattern: str) -> str:
+    """The directory to list for a glob: its literal part up to the last ``/`` (an S3 bucket at least)."""
+    literal = re.split(r"[*?\[]", pattern, maxsplit=1)[0]
+    cut = literal.rfind("/")
+    if cut > 0:
+        return literal[:cut]
+    return "/" if literal.startswith("/") else literal
+
+
+def _glob_matches(path: str, pattern: str) -> bool:
+    """A file matches a glob when the glob names the file or any directory above it
+    (``s3://backups/kafka/*/data`` names log directories, ``.../__consumer_offsets-*`` partitions)."""
+    while path and path != "/":
+        if fnmatch.fnmatch(path, pattern):
+            return True
+        path = posixpath.dirname(path)
+    return False
 
 
 def list_segments(uris: list[str]) -> list[RemoteSegment]:
@@ -64,7 +92,8 @@ def list_segments(uris: list[str]) -> list[RemoteSegment]:
         glob = any(ch in path for ch in "*?[")
         base = path
         if glob:
-            base = posixpath.dirname(path.split("*")[0].split("?")[0].split("[")[0].rstrip("/")) or "/"
+            path = path.rstrip("/") or "/"
+            base = _glob_base(path)
         info = filesys.get_file_info(base)
         if info.type == pafs.FileType.NotFound:
             raise FileNotFoundError(f"no such file or directory: {raw}")
@@ -75,7 +104,7 @@ def list_segments(uris: list[str]) -> list[RemoteSegment]:
         for e in entries:
             if e.type != pafs.FileType.File:
                 continue
-            if glob and not fnmatch.fnmatch(e.path, path) and not fnmatch.fnmatch(posixpath.dirname(e.path), path):
+            if glob and not _glob_matches(e.path, path):
                 continue
             name = posixpath.basename(e.path)
             parent = posixpath.basename(posixpath.dirname(e.path))
