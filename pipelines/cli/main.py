@@ -157,14 +157,36 @@ class _JsonFormatter(__import__("logging").Formatter):
         return json.dumps(doc)
 
 
+_PY_TRACEBACK = "Traceback (most recent call last):"
+
+
+def error_message(exc: BaseException) -> str:
+    """What ``error:`` prints: configuration errors as they are (one line per invalid field), any
+    other error as one line. Spark's errors carry more than that: a Python worker's traceback
+    (tasks, Python data sources), a JVM stack trace, a query context; they stay for --verbose."""
+    from pipelines.runtime.config import ConfigError
+
+    text = str(exc).strip()
+    if isinstance(exc, ConfigError):
+        return text or type(exc).__name__
+    if _PY_TRACEBACK in text:
+        # the exception line of the last traceback: its first unindented line
+        for line in text.rsplit(_PY_TRACEBACK, 1)[1].splitlines():
+            if line.strip() and not line[0].isspace():
+                return line.strip()
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].startswith("An error occurred while calling"):
+        return lines[1].lstrip(": ")  # py4j: the Java exception is on the second line
+    return lines[0] if lines else type(exc).__name__
+
+
 def _fail(exc: BaseException, code: int, verbose: bool) -> None:
     """One clear line on stderr (the traceback only with --verbose), then exit with ``code``."""
     if verbose:
         import traceback
 
         traceback.print_exception(exc)
-    first = str(exc).strip() or type(exc).__name__
-    click.echo(f"error: {first}", err=True)
+    click.echo(f"error: {error_message(exc)}", err=True)
     sys.exit(code)
 
 
