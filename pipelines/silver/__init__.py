@@ -1,0 +1,1 @@
+"""Silver: bronze records decoded into typed Delta tables (docs/silver.md)."""

@@ -1,0 +1,486 @@
+"""Silver decoding: Arrow batches of bronze rows in, Arrow batches of decoded rows out. No Spark.
+
+:func:`decode_batch` turns each bronze row into **one wide row**: the envelope (log position and
+transaction context, passed through column-wise without touching Python objects) plus one struct
+column per silver record table, of which exactly one is non-null — the table the record belongs
+to (offset_commits, group_metadata with its members, the KIP-848 tables, share/streams records,
+tombstones, transaction_markers or quarantine). The Spark side (pipelines/silver/ingest.py) runs
+it once per bronze row with ``mapInArrow`` and splits the result into the tables, so a record is
+decoded once however many tables it feeds.
+
+The struct layouts come from ``schemas/tables/silver.yaml``: a table's struct holds its columns
+minus the envelope. :func:`build_plan` reads them (on the driver) into a picklable
+:class:`DecodePlan`; executors never read YAML.
+
+Values are Kafka's, unchanged (int64 timestamps stay epoch milliseconds with Kafka's sentinels),
+with two documented exceptions: the tagged topic id of an offset commit is null when absent (the
+all-zero UUID), and unknown tagged fields of the top-level value become ``unknown_tags``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from pipelines.codec import primitives as P
+from pipelines.codec.errors import DecodeError
+from pipelines.codec.records import CONTROL_TYPES, TYPE_NAMES, decode_control, decode_record
+from pipelines.codec.schema import UNKNOWN_TAGS, schemas_dir
+
+# (silver column, bronze column): the envelope every record table starts with
+ENVELOPE = (
+    ("cluster", "cluster"),
+    ("offsets_partition", "partition"),
+    ("record_offset", "offset"),
+    ("timestamp", "timestamp"),
+    ("producer_id", "producer_id"),
+    ("producer_epoch", "producer_epoch"),
+    ("transactional", "transactional"),
+)
+ENVELOPE_COLUMNS = tuple(silver for silver, _ in ENVELOPE)
+# bronze columns the decoder reads (others are ignored)
+INPUT_COLUMNS = (
+    "cluster",
+    "partition",
+    "offset",
+    "timestamp",
+    "producer_id",
+    "producer_epoch",
+    "transactional",
+    "control",
+    "key",
+    "value",
+    "source_uri",
+    "batch_position",
+)
+
+# silver tables with one struct column in the wide row, in wide-row order
+RECORD_TABLES = (
+    "offset_commits",
+    "group_metadata",
+    "consumer_group_metadata",
+    "consumer_group_partition_metadata",
+    "consumer_group_member_metadata",
+    "consumer_group_target_assignment_metadata",
+    "consumer_group_target_assignment_member",
+    "consumer_group_current_member_assignment",
+    "consumer_group_regular_expressions",
+    "share_group_records",
+    "streams_group_records",
+    "tombstones",
+    "transaction_markers",
+    "quarantine",
+)
+MEMBERS = "members"  # extra field of the group_metadata struct: the group_members rows of the record
+MEMBER_TABLE = "group_members"
+
+# KIP-848 record types with their own table
+CONSUMER_TABLES = {
+    3: "consumer_group_metadata",
+    4: "consumer_group_partition_metadata",
+    5: "consumer_group_member_metadata",
+    6: "consumer_group_target_assignment_metadata",
+    7: "consumer_group_target_assignment_member",
+    8: "consumer_group_current_member_assignment",
+    16: "consumer_group_regular_expressions",
+}
+# share (9-15) and streams (17-23) records: the struct column of share/streams_group_records
+SHARE_COLUMNS = {
+    9: "partition_metadata",
+    10: "member_metadata",
+    11: "metadata",
+    12: "target_assignment_metadata",
+    13: "target_assignment_member",
+    14: "current_member_assignment",
+    15: "state_partition_metadata",
+}
+STREAMS_COLUMNS = {
+    17: "metadata",
+    18: "partition_metadata",
+    19: "member_metadata",
+    20: "target_assignment_metadata",
+    21: "target_assignment_member",
+    22: "current_member_assignment",
+    23: "topology",
+}
+# value fields whose snake_case name would collide with a silver column
+RENAMES = {16: {"timestamp": "resolved_at"}}
+
+DECODER_FORMAT = "silver1"  # bump when the mapping of decoded fields to columns changes
+
+
+# -- schema: Spark DDL types from silver.yaml -> Arrow ---------------------------------------
+_SIMPLE = {
+    "string": pa.string(),
+    "int": pa.int32(),
+    "bigint": pa.int64(),
+    "smallint": pa.int16(),
+    "tinyint": pa.int8(),
+    "boolean": pa.bool_(),
+    "binary": pa.binary(),
+    "double": pa.float64(),
+    "timestamp": pa.timestamp("us", tz="UTC"),
+}
+
+
+def arrow_type(ddl: str) -> pa.DataType:
+    """Arrow type of a Spark DDL type string (``array<struct<topic:string,partitions:array<int>>>``)."""
+    text = ddl.replace(" ", "")
+    result, pos = _parse_type(text, 0)
+    if pos != len(text):
+        raise ValueError(f"cannot parse type {ddl!r} at {pos}")
+    return result
+
+
+def _parse_type(text: str, pos: int) -> tuple[pa.DataType, int]:
+    if text.startswith("array<", pos):
+        elem, pos = _parse_type(text, pos + 6)
+        return pa.list_(pa.field("element", elem)), _expect(text, pos, ">")
+    if text.startswith("struct<", pos):
+        pos += 7
+        fields = []
+        while True:
+            colon = text.index(":", pos)
+            name = text[pos:colon].strip("`")
+            ftype, pos = _parse_type(text, colon + 1)
+            fields.append(pa.field(name, ftype))
+            if text[pos] == ",":
+                pos += 1
+                continue
+            return pa.struct(fields), _expect(text, pos, ">")
+    end = pos
+    while end < len(text) and text[end].isalnum():
+        end += 1
+    name = text[pos:end]
+    if name not in _SIMPLE:
+        raise ValueError(f"unsupported type {name!r} in {text!r}")
+    return _SIMPLE[name], end
+
+
+def _expect(text: str, pos: int, char: str) -> int:
+    if pos >= len(text) or text[pos] != char:
+        raise ValueError(f"expected {char!r} at {pos} in {text!r}")
+    return pos + 1
+
+
+@dataclass(frozen=True)
+class DecodePlan:
+    """Everything an executor needs to decode: the wide Arrow schema and the decoder version."""
+
+    schema: pa.Schema
+    decoder_version: str
+
+    def struct(self, table: str) -> pa.StructType:
+        return self.schema.field(table).type
+
+
+def payload_columns(specs: dict[str, Any], table: str) -> list[Any]:
+    """A table's columns minus the envelope: the fields of its struct in the wide row."""
+    return [c for c in specs[table].columns if c.name not in ENVELOPE_COLUMNS]
+
+
+def build_plan(decoder_version_text: str | None = None) -> DecodePlan:
+    from pipelines.runtime.tables import load_specs
+
+    specs = load_specs()["silver"]
+    envelope_types = {c.name: c.type for c in specs["offset_commits"].columns}
+    fields = [pa.field(name, arrow_type(envelope_types[name])) for name in ENVELOPE_COLUMNS]
+    for table in RECORD_TABLES:
+        sub = [pa.field(c.name, arrow_type(c.type)) for c in payload_columns(specs, table)]
+        if table == "group_metadata":
+            member = pa.struct([pa.field(c.name, arrow_type(c.type)) for c in payload_columns(specs, MEMBER_TABLE)])
+            sub.append(pa.field(MEMBERS, pa.list_(pa.field("element", member))))
+        fields.append(pa.field(table, pa.struct(sub)))
+    return DecodePlan(pa.schema(fields), decoder_version_text or decoder_version())
+
+
+def decoder_version() -> str:
+    """``silver1-<hash>``: changes whenever a record declaration, the codec or this module changes.
+
+    Quarantine rows carry it, so ``redecode`` can tell which decoder gave up on a record.
+    """
+    h = hashlib.sha256(DECODER_FORMAT.encode())
+    root = schemas_dir()
+    files = sorted((root / "records").glob("*.yaml")) + sorted((root / "embedded").glob("*.yaml"))
+    codec = Path(__file__).resolve().parents[1] / "codec"
+    files += [*sorted(codec.glob("*.py")), Path(__file__).resolve()]
+    for path in files:
+        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return f"{DECODER_FORMAT}-{h.hexdigest()[:12]}"
+
+
+# -- per-record mapping ----------------------------------------------------------------------------
+def _tags(value: dict[str, Any]) -> list[dict[str, Any]] | None:
+    extra = value.get(UNKNOWN_TAGS)
+    if not extra:
+        return None
+    return [{"tag": tag, "data": data} for tag, data in extra]
+
+
+def _offset_commit(t: int, version: int, key: dict[str, Any], value: dict[str, Any]) -> dict[str, Any]:
+    topic_id = value.get("topic_id")
+    return {
+        "record_type": t,
+        "value_version": version,
+        "group_id": key["group"],
+        "topic": key["topic"],
+        "partition": key["partition"],
+        "committed_offset": value["offset"],
+        "leader_epoch": value.get("leader_epoch", -1),
+        "metadata": value["metadata"],
+        "commit_timestamp": value["commit_timestamp"],
+        "expire_timestamp": value.get("expire_timestamp", -1),
+        "topic_id": None if topic_id is None or topic_id == P.ZERO_UUID else topic_id,
+        "unknown_tags": _tags(value) if version >= 4 else None,
+    }
+
+
+def _group_metadata(version: int, key: dict[str, Any], value: dict[str, Any], warnings: list[str] | None) -> dict:
+    group = key["group"]
+    generation = value["generation"]
+    protocol_type = value["protocol_type"]
+    consumer = protocol_type == "consumer"
+    errors: dict[int, list[str]] = {}
+    for w in warnings or ():
+        # "members[3].subscription: truncated at byte 7: ..." (pipelines/codec/records.py)
+        if w.startswith("members["):
+            errors.setdefault(int(w[8 : w.index("]")]), []).append(w[w.index(".") + 1 :])
+    members = []
+    for i, m in enumerate(value["members"]):
+        row = {
+            "record_type": 2,
+            "value_version": version,
+            "group_id": group,
+            "member_index": i,
+            "generation": generation,
+            "protocol_type": protocol_type,
+            "member_id": m["member_id"],
+            "group_instance_id": m["group_instance_id"],
+            "client_id": m["client_id"],
+            "client_host": m["client_host"],
+            "rebalance_timeout_ms": m["rebalance_timeout"],
+            "session_timeout_ms": m["session_timeout"],
+        }
+        failed = errors.get(i)
+        sub = m["subscription_info"]
+        if sub is not None:
+            row["subscription_version"] = sub["version"]
+            row["subscribed_topics"] = sub["topics"]
+            row["owned_partitions"] = sub["owned_partitions"]
+            row["subscription_generation_id"] = sub["generation_id"]
+            row["rack_id"] = sub["rack_id"]
+            row["subscription_user_data"] = sub["user_data"]
+        else:
+            row["subscription"] = m["subscription"]
+        asg = m["assignment_info"]
+        if asg is not None:
+            row["assignment_version"] = asg["version"]
+            row["assigned_partitions"] = asg["assigned_partitions"]
+            row["assignment_user_data"] = asg["user_data"]
+        elif consumer and not any(e.startswith("assignment") for e in failed or ()):
+            row["assigned_partitions"] = []  # a zero-length assignment: no assignment
+        else:
+            row["assignment"] = m["assignment"]
+        if failed:
+            row["protocol_error"] = "; ".join(failed)
+        members.append(row)
+    return {
+        "record_type": 2,
+        "value_version": version,
+        "group_id": group,
+        "protocol_type": protocol_type,
+        "generation": generation,
+        "protocol": value["protocol"],
+        "leader": value["leader"],
+        "current_state_timestamp": value["current_state_timestamp"],
+        "member_count": len(members),
+        "unknown_tags": _tags(value) if version >= 4 else None,
+        MEMBERS: members,
+    }
+
+
+def _consumer(t: int, version: int, layout: str | None, key: dict[str, Any], value: dict[str, Any]) -> dict:
+    row = dict(value)
+    for old, new in RENAMES.get(t, {}).items():
+        row[new] = row.pop(old)
+    row.update(key)
+    row["record_type"] = t
+    row["value_version"] = version
+    row["layout"] = layout
+    row["unknown_tags"] = _tags(value)
+    return row
+
+
+def _share_streams(t: int, version: int, layout: str | None, key: dict[str, Any], value: dict[str, Any]) -> dict:
+    column = SHARE_COLUMNS.get(t) or STREAMS_COLUMNS[t]
+    return {
+        "record_type": t,
+        "record_type_name": TYPE_NAMES[t],
+        "value_version": version,
+        "layout": layout,
+        "group_id": key["group_id"],
+        "member_id": key.get("member_id"),
+        column: value,
+        "unknown_tags": _tags(value),
+    }
+
+
+def _tombstone(t: int, key: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "record_type": t,
+        "record_type_name": TYPE_NAMES[t],
+        "group_id": key["group"] if "group" in key else key["group_id"],
+        "topic": key.get("topic"),
+        "partition": key.get("partition"),
+        "member_id": key.get("member_id"),
+        "regular_expression": key.get("regular_expression"),
+    }
+
+
+def table_of(record_type: int) -> str:
+    """The silver table a decoded (non-tombstone) record of this type goes to."""
+    if record_type in (0, 1):
+        return "offset_commits"
+    if record_type == 2:
+        return "group_metadata"
+    if record_type in CONSUMER_TABLES:
+        return CONSUMER_TABLES[record_type]
+    if record_type in SHARE_COLUMNS:
+        return "share_group_records"
+    if record_type in STREAMS_COLUMNS:
+        return "streams_group_records"
+    raise KeyError(f"record type {record_type} has no silver table")
+
+
+_TABLE_OF = {t: table_of(t) for t in TYPE_NAMES}
+
+
+# -- one Arrow batch -----------------------------------------------------------------------------
+def decode_batch(batch: pa.RecordBatch, plan: DecodePlan) -> list[pa.RecordBatch]:
+    """Bronze rows -> wide decoded rows, exactly one per input row. Never raises for bad bytes.
+
+    One output batch per silver table that received rows (its struct column set, the others
+    null): no sparse columns to build. Row order therefore follows the tables, not the input.
+    """
+    n = batch.num_rows
+    names = batch.schema.names
+    col = {name: batch.column(i) for i, name in enumerate(names)}
+    keys = col["key"].to_pylist()
+    values = col["value"].to_pylist()
+    controls = col["control"].to_pylist()
+    rows: dict[str, list[dict[str, Any]]] = {t: [] for t in RECORD_TABLES}
+    where: dict[str, list[int]] = {t: [] for t in RECORD_TABLES}
+    commits, commit_at = rows["offset_commits"], where["offset_commits"]
+    table_of_type = _TABLE_OF
+
+    def quarantine(i: int, control: bool, reason: str, part: str, position: int, detail: str, d: Any = None) -> None:
+        key = d.key if d is not None else None
+        rows["quarantine"].append(
+            {
+                "control": control,
+                "record_type": d.record_type if d is not None else None,
+                "value_version": d.value_version if d is not None else None,
+                "group_id": None if key is None else key.get("group", key.get("group_id")),
+                "reason": reason,
+                "error_part": part,
+                "error_position": position,
+                "error_detail": detail,
+                "raw_key": keys[i],
+                "raw_value": values[i],
+                "decoder_version": plan.decoder_version,
+                "source_uri": _value(col, "source_uri", i),
+                "batch_position": _value(col, "batch_position", i),
+            }
+        )
+        where["quarantine"].append(i)
+
+    for i in range(n):
+        key = keys[i]
+        value = values[i]
+        if controls[i]:
+            try:
+                ctype, cversion, epoch = decode_control(key, value)
+            except DecodeError as exc:
+                quarantine(i, True, exc.reason.value, "key", exc.position, exc.detail)
+                continue
+            rows["transaction_markers"].append(
+                {
+                    "control_type": CONTROL_TYPES.get(ctype, "UNKNOWN"),
+                    "control_type_id": ctype,
+                    "control_version": cversion,
+                    "coordinator_epoch": epoch,
+                }
+            )
+            where["transaction_markers"].append(i)
+            continue
+        d = decode_record(key, value)
+        if d.reason is not None:
+            quarantine(i, False, d.reason.value, d.error_part, d.error_position, d.error_detail, d)
+            continue
+        t = d.record_type
+        if d.tombstone:
+            rows["tombstones"].append(_tombstone(t, d.key))
+            where["tombstones"].append(i)
+            continue
+        if t <= 1:
+            commits.append(_offset_commit(t, d.value_version, d.key, d.value))
+            commit_at.append(i)
+            continue
+        table = table_of_type[t]
+        if t == 2:
+            payload = _group_metadata(d.value_version, d.key, d.value, d.warnings)
+        elif table in ("share_group_records", "streams_group_records"):
+            payload = _share_streams(t, d.value_version, d.layout, d.key, d.value)
+        else:
+            payload = _consumer(t, d.value_version, d.layout, d.key, d.value)
+        rows[table].append(payload)
+        where[table].append(i)
+
+    out = []
+    for table in RECORD_TABLES:
+        if rows[table]:
+            out.append(_table_batch(plan, col, table, rows[table], where[table], n))
+    return out
+
+
+def _value(col: dict[str, pa.Array], name: str, i: int) -> Any:
+    arr = col.get(name)
+    return None if arr is None else arr[i].as_py()
+
+
+def _table_batch(
+    plan: DecodePlan, col: dict[str, pa.Array], table: str, rows: list[dict[str, Any]], where: list[int], n: int
+) -> pa.RecordBatch:
+    """The wide rows of one table: the envelope taken from the input, its struct, nulls elsewhere."""
+    m = len(rows)
+    take = None if m == n else pa.array(where, type=pa.int32())
+    arrays = []
+    for silver, bronze in ENVELOPE:
+        target = plan.schema.field(silver).type
+        arr = col.get(bronze)
+        if arr is None:
+            arrays.append(pa.nulls(m, target))
+            continue
+        if take is not None:
+            arr = arr.take(take)
+        arrays.append(arr if arr.type == target else arr.cast(target))
+    for name in RECORD_TABLES:
+        struct = plan.struct(name)
+        arrays.append(pa.array(rows, type=struct) if name == table else pa.nulls(m, struct))
+    return pa.RecordBatch.from_arrays(arrays, schema=plan.schema)
+
+
+def decode_table(batch: pa.RecordBatch, plan: DecodePlan) -> pa.Table:
+    """:func:`decode_batch` as one table (rows grouped by silver table, not in input order)."""
+    return pa.Table.from_batches(decode_batch(batch, plan), schema=plan.schema)
+
+
+def decode_batches(batches: Iterable[pa.RecordBatch], plan: DecodePlan) -> Iterator[pa.RecordBatch]:
+    """The ``mapInArrow`` function body."""
+    for batch in batches:
+        yield from decode_batch(batch, plan)
