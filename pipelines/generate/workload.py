@@ -431,7 +431,7 @@ class Workload:
             g.members = []
             if g.generation:  # online migration from the classic protocol: its state is tombstoned
                 items.append((encode_key(2, {"group": g.name}), None))
-        leaving = g.members and self.rng.random() < 0.3
+        leaving = bool(g.members) and self.rng.random() < 0.3
         if leaving:
             m = g.members.pop(self.rng.randrange(len(g.members)))
             for t in ("current", "target", "member"):
