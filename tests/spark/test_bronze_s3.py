@@ -146,7 +146,7 @@ def test_bronze_from_s3_equals_local_disk(spark, tables, store: Store, tmp_path:
                 "cluster": "unused",
                 "paths": [f"s3://{BUCKET}/{PREFIX}"],
                 # small ranges: most tasks start mid-file and locate a batch with the .index read from S3
-                "split_bytes": 4096,
+                "split_bytes": 8192,
                 "cluster_from_path": rf"^s3://{BUCKET}/{PREFIX}/(?P<cluster>gen|real)/",
             }
         },
