@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from pipelines.truth import TruthSnapshot
 from tests.harness.broker import KafkaBroker
 from tests.harness.scenarios import Harness, ScenarioResult, run_all
 
@@ -48,7 +49,59 @@ def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HarnessRun]:
         broker.stop()
 
 
+@dataclass
+class Evidence:
+    logs: Path  # copy of the __consumer_offsets-N directories
+    snapshot: TruthSnapshot  # every group, taken at exactly the position the copy ends at
+
+
+def _file_ends(logs: Path) -> dict[int, int]:
+    from pipelines.codec.segments import discover
+    from pipelines.inspect import iter_segment
+
+    ends: dict[int, int] = {}
+    for seg in discover([logs]):
+        for batch, _ in iter_segment(seg):
+            if batch is not None:
+                ends[seg.partition] = batch.last_offset + 1
+    return ends
+
+
 @pytest.fixture(scope="session")
-def broker_files(harness: HarnessRun, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def evidence(harness: HarnessRun, tmp_path_factory: pytest.TempPathFactory) -> Evidence:
+    """A truth snapshot of every group and a copy of the broker's files at the same log position
+    (after a clean shutdown); retried if the coordinator wrote in between (expiry runs every 5 s)."""
+    for attempt in range(5):
+        snap = harness.harness.snapshot([])
+        logs = harness.broker.copy_offsets_topic(tmp_path_factory.mktemp(f"evidence{attempt}") / "logs")
+        ends = _file_ends(logs)
+        if all(ends.get(p, 0) == o for p, o in snap.offsets_topic_end_offsets.items()):
+            return Evidence(logs, snap)
+    pytest.fail("the offsets topic kept moving between the snapshot and the copy")
+
+
+@pytest.fixture(scope="session")
+def broker_files(evidence: Evidence) -> Path:
     """The offsets topic's partition directories, copied after a clean shutdown."""
-    return harness.broker.copy_offsets_topic(tmp_path_factory.mktemp("evidence") / "logs")
+    return evidence.logs
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator:
+    from pipelines.runtime.config import SparkSettings
+    from pipelines.runtime.spark import build_session
+
+    session = build_session(
+        SparkSettings(master="local[2]", conf={"spark.sql.shuffle.partitions": "4", "spark.ui.enabled": "false"})
+    )
+    yield session
+    session.stop()
+
+
+@pytest.fixture()
+def tables(spark, tmp_path: Path):
+    from pipelines.runtime.tables import Tables
+
+    for db in ("bronze", "silver", "gold", "quality"):
+        spark.sql(f"DROP SCHEMA IF EXISTS {db} CASCADE")
+    return Tables(spark, str(tmp_path / "lakehouse"))

@@ -5,35 +5,12 @@ nothing from aborted transactions. Compared on (partition, offset, key, value)."
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from pipelines.bronze.ingest import ingest_segments
 from pipelines.bronze.kafka_source import KafkaUnavailable, ingest_kafka, partition_ends
 from pipelines.runtime.config import KafkaSource, SegmentsSource
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator:
-    from pipelines.runtime.config import SparkSettings
-    from pipelines.runtime.spark import build_session
-
-    session = build_session(
-        SparkSettings(master="local[2]", conf={"spark.sql.shuffle.partitions": "4", "spark.ui.enabled": "false"})
-    )
-    yield session
-    session.stop()
-
-
-@pytest.fixture()
-def tables(spark, tmp_path: Path):
-    from pipelines.runtime.tables import Tables
-
-    for db in ("bronze", "silver", "gold", "quality"):
-        spark.sql(f"DROP SCHEMA IF EXISTS {db} CASCADE")
-    return Tables(spark, str(tmp_path / "lakehouse"))
 
 
 def committed_view(rows: list) -> set[tuple]:
