@@ -9,6 +9,7 @@ existing table's, which catches schema drift at registration.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -84,6 +85,24 @@ def load_specs(root: Path | None = None) -> dict[str, dict[str, TableSpec]]:
     return out
 
 
+@dataclass(frozen=True)
+class ViewSpec:
+    layer: str
+    name: str
+    comment: str
+    sql: str  # {table} placeholders name tables of the same layer
+
+
+def load_views(root: Path | None = None) -> list[ViewSpec]:
+    root = (root or schemas_dir()) / "tables"
+    out = []
+    for path in sorted(root.glob("*.yaml")):
+        doc: dict[str, Any] = yaml.safe_load(path.read_text())
+        for name, v in (doc.get("views") or {}).items():
+            out.append(ViewSpec(doc["layer"], name, v.get("comment", ""), v["sql"]))
+    return out
+
+
 class Tables:
     """Names, paths and registration of the lakehouse's tables for one session."""
 
@@ -128,7 +147,27 @@ class Tables:
             for table in tables:
                 if DeltaTable.isDeltaTable(self.spark, self.path(layer, table)):
                     names.append(self.ensure(layer, table))
+        for layer in self.specs:
+            names += self.ensure_views(layer, names)
         return names
+
+    def _view_sql(self, view: ViewSpec) -> str:
+        refs = {t: self.name(view.layer, t) for t in self.specs.get(view.layer, {})}
+        name = self.name(view.layer, view.name)
+        return f"CREATE OR REPLACE VIEW {name} COMMENT {_sql_str(view.comment)} AS {view.sql.format(**refs)}"
+
+    def ensure_views(self, layer: str, existing: list[str] | None = None) -> list[str]:
+        """(Re)create the layer's views whose tables exist; returns their names."""
+        existing = existing if existing is not None else [self.name(layer, t) for t in self.specs.get(layer, {})]
+        out = []
+        for view in load_views():
+            if view.layer != layer:
+                continue
+            refs = re.findall(r"{(\w+)}", view.sql)
+            if all(self.name(layer, r) in existing for r in refs):
+                self.spark.sql(self._view_sql(view))
+                out.append(self.name(layer, view.name))
+        return out
 
     def init_sql(self) -> str:
         """SQL that registers every table by name, for `spark-sql -i` users."""
@@ -140,6 +179,7 @@ class Tables:
                     f"CREATE TABLE IF NOT EXISTS {self.name(layer, t)} USING DELTA "
                     f"LOCATION {_sql_str(self.path(layer, t))};"
                 )
+        lines += [self._view_sql(v) + ";" for v in load_views()]
         return "\n".join(lines) + "\n"
 
 
@@ -163,6 +203,13 @@ def data_dictionary() -> str:
             for c in spec.columns:
                 lines.append(f"| `{c.name}` | `{c.type}` | {'yes' if c.nullable else 'no'} | {c.comment} |")
             lines.append("")
+    views = load_views()
+    if views:
+        lines += ["## Views", "", "| view | over | meaning |", "|---|---|---|"]
+        for v in views:
+            over = ", ".join(f"`{v.layer}.{t}`" for t in re.findall(r"{(\w+)}", v.sql))
+            lines.append(f"| `{v.layer}.{v.name}` | {over} | {v.comment} |")
+        lines.append("")
     return "\n".join(lines)
 
 

@@ -1,0 +1,403 @@
+"""Gold: the coordinator's state by an ordered replay per (cluster, offsets partition) and Delta MERGE.
+
+One run:
+
+1. **Events**: the silver rows gold needs (offset commits, offset and group tombstones, classic
+   and consumer group records, COMMIT/ABORT markers) as one frame, with the batch they came in
+   (bronze ``base_offset``; records from the Kafka source are their own batch).
+2. **Plan** per (cluster, offsets partition) against ``gold.partition_progress``: *skip* (nothing
+   new), *incremental* (events after the applied offset only), or *full* (no progress yet, late
+   data at or below the applied offset — more events there than were applied —, a previous run
+   that died between its MERGEs, or ``--full-refresh``).
+3. **Replay**: events and persisted state co-grouped by partition; each group runs
+   :func:`pipelines.gold.state.replay_partition` (the reference replay, resumed) in a Spark task.
+4. **MERGE** each gold table once: a row replaces the stored one only if it comes from a
+   recomputed partition or its ``state_offset`` is not lower (a replayed or older batch never
+   overwrites a later state); recomputed partitions drop rows their replay no longer produces;
+   the pending set of every processed partition is replaced.
+5. **Progress** last. Before step 4 the processed partitions are marked in flight; a run killed
+   between MERGEs leaves the mark, and the next run recomputes those partitions from the start.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pipelines.reference.replay import DEFAULT_RETENTION_MS
+from pipelines.runtime import faults
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from pipelines.runtime.tables import Tables
+
+log = logging.getLogger("offsets_lakehouse")
+
+PART = ("cluster", "offsets_partition")
+
+EVENT_COLUMNS = """cluster string, offsets_partition int, record_offset bigint, batch_id bigint, timestamp_ms bigint,
+producer_id bigint, transactional boolean, record_type int, value_version int, kind string, group_id string,
+topic string, partition int, committed_offset bigint, leader_epoch int, metadata string, commit_timestamp bigint,
+expire_timestamp bigint, topic_id string, protocol_type string, generation int, assignor string, leader string,
+current_state_timestamp bigint, member_count int, control_type_id int"""
+
+STATE_COLUMNS = "cluster string, offsets_partition int, row_kind string, payload string"
+
+
+@dataclass
+class GoldResult:
+    mode: str = "incremental"
+    partitions_incremental: int = 0
+    partitions_recomputed: int = 0
+    events: int = 0
+    offsets_rows: int = 0
+    pending_rows: int = 0
+    group_rows: int = 0
+    recomputed: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _silver(spark: SparkSession, tables: Tables, table: str) -> DataFrame | None:
+    from delta.tables import DeltaTable
+
+    path = tables.path("silver", table)
+    return spark.read.format("delta").load(path) if DeltaTable.isDeltaTable(spark, path) else None
+
+
+def events_frame(spark: SparkSession, tables: Tables) -> DataFrame:
+    """Every silver row gold replays, in the event schema (one row per record)."""
+    from pyspark.sql import functions as F
+
+    cols = [c.strip().split(" ")[0] for c in EVENT_COLUMNS.replace("\n", " ").split(",")]
+
+    def env(df: DataFrame, kind: Any, record_type: Any = None) -> DataFrame:
+        return (
+            df.withColumn("kind", kind)
+            .withColumn("timestamp_ms", F.unix_millis("timestamp"))
+            .withColumn("record_type", F.col("record_type") if record_type is None else record_type)
+        )
+
+    def fill(df: DataFrame) -> DataFrame:
+        typed = dict(c.strip().split(" ", 1) for c in EVENT_COLUMNS.replace("\n", " ").split(","))
+        present = set(df.columns)
+        return df.select(
+            *[(F.col(c) if c in present else F.lit(None)).cast(typed[c]).alias(c) for c in cols if c != "batch_id"]
+        )
+
+    parts = []
+    commits = _silver(spark, tables, "offset_commits")
+    if commits is not None:
+        parts.append(fill(env(commits, F.lit("commit"))))
+    tombs = _silver(spark, tables, "tombstones")
+    if tombs is not None:
+        kind = (
+            F.when(F.col("record_type").isin(0, 1), "offset_tombstone")
+            .when(F.col("record_type") == 2, "group_tombstone")
+            .when(F.col("record_type") == 3, "consumer_group_tombstone")
+        )
+        parts.append(fill(env(tombs.where("record_type IN (0, 1, 2, 3)"), kind)))
+    groups = _silver(spark, tables, "group_metadata")
+    if groups is not None:
+        parts.append(fill(env(groups.withColumnRenamed("protocol", "assignor"), F.lit("group"))))
+    cgroups = _silver(spark, tables, "consumer_group_metadata")
+    if cgroups is not None:
+        parts.append(fill(env(cgroups.withColumn("generation", F.col("epoch")), F.lit("consumer_group"))))
+    markers = _silver(spark, tables, "transaction_markers")
+    if markers is not None:
+        parts.append(fill(env(markers.where("control_type_id IN (0, 1)"), F.lit("marker"), F.lit(None))))
+    if not parts:
+        return spark.createDataFrame([], EVENT_COLUMNS.replace("\n", " "))
+    events = parts[0]
+    for p in parts[1:]:
+        events = events.unionByName(p)
+    bronze = (
+        spark.read.format("delta")
+        .load(tables.path("bronze", "offsets_records"))
+        .select(
+            "cluster",
+            F.col("partition").alias("offsets_partition"),
+            F.col("offset").alias("record_offset"),
+            "base_offset",
+        )
+    )
+    return (
+        events.join(bronze, [*PART, "record_offset"], "left")
+        .withColumn("batch_id", F.coalesce("base_offset", "record_offset"))
+        .select(*cols)
+    )
+
+
+def _plan(spark: SparkSession, tables: Tables, events: DataFrame, full_refresh: bool) -> list[dict[str, Any]]:
+    from pyspark.sql import functions as F
+
+    progress = spark.read.format("delta").load(tables.path("gold", "partition_progress"))
+    stats = events.groupBy(*PART).agg(F.count("*").alias("events"), F.max("record_offset").alias("max_offset"))
+    below = (
+        events.join(progress.select(*PART, "applied_offset"), list(PART))
+        .where(F.col("record_offset") <= F.col("applied_offset"))
+        .groupBy(*PART)
+        .agg(F.count("*").alias("events_at_or_below"))
+    )
+    rows = (
+        stats.join(progress.select(*PART, "applied_offset", "events_applied", "in_flight_run"), list(PART), "left")
+        .join(below, list(PART), "left")
+        .collect()
+    )
+    plan = []
+    for r in rows:
+        if full_refresh:
+            mode, why = "full", "full refresh"
+        elif r["applied_offset"] is None:
+            mode, why = "full", "first run"
+        elif r["in_flight_run"] is not None:
+            mode, why = "full", f"run {r['in_flight_run']} stopped between its MERGEs"
+        elif (r["events_at_or_below"] or 0) != r["events_applied"]:
+            mode, why = "full", f"late data at or below applied offset {r['applied_offset']}"
+        elif r["max_offset"] > r["applied_offset"]:
+            mode, why = "incremental", ""
+        else:
+            continue
+        plan.append(
+            {
+                "cluster": r["cluster"],
+                "offsets_partition": r["offsets_partition"],
+                "mode": mode,
+                "why": why,
+                "from_offset": None if mode == "full" else r["applied_offset"],
+                "applied_offset": r["max_offset"],
+                "events_applied": r["events"],
+            }
+        )
+    return plan
+
+
+def _state(spark: SparkSession, tables: Tables, incremental: DataFrame) -> DataFrame:
+    """Persisted gold rows of the incrementally processed partitions, as JSON payloads."""
+    from pyspark.sql import functions as F
+
+    out = None
+    for table, kind in (
+        ("current_offsets", "offset"),
+        ("pending_transactions", "pending"),
+        ("current_groups", "group"),
+    ):
+        df = spark.read.format("delta").load(tables.path("gold", table)).join(incremental, list(PART), "left_semi")
+        df = df.select(
+            *PART,
+            F.lit(kind).alias("row_kind"),
+            F.to_json(F.struct(*df.columns), {"ignoreNullFields": "false"}).alias("payload"),
+        )
+        out = df if out is None else out.unionByName(df)
+    progress = spark.read.format("delta").load(tables.path("gold", "partition_progress"))
+    prog = progress.join(incremental, list(PART), "left_semi").select(
+        *PART,
+        F.lit("progress").alias("row_kind"),
+        F.to_json(F.struct("applied_offset"), {"ignoreNullFields": "false"}).alias("payload"),
+    )
+    return out.unionByName(prog)  # type: ignore[union-attr]
+
+
+def _replay_groups(retention_ms: int):
+    """The cogrouped function run in Spark tasks (Arrow in, Arrow out)."""
+
+    def run(events, state):  # pyarrow.Table, pyarrow.Table -> pyarrow.Table
+        import pyarrow as pa
+
+        from pipelines.gold.state import PartitionState, replay_partition
+
+        rows = events.to_pylist()
+        srows = state.to_pylist()
+        key = rows[0] if rows else srows[0]
+        cluster, part = key["cluster"], key["offsets_partition"]
+        ps = PartitionState()
+        for s in srows:
+            payload = json.loads(s["payload"])
+            if s["row_kind"] == "offset":
+                ps.offsets.append(payload)
+            elif s["row_kind"] == "pending":
+                ps.pending.append(payload)
+            elif s["row_kind"] == "group":
+                ps.groups.append(payload)
+            else:
+                ps.applied_offset = payload["applied_offset"]
+        rows.sort(key=lambda e: e["record_offset"])
+        res = replay_partition(part, ps, rows, retention_ms)
+        out = [("offset", r) for r in res.offsets] + [("pending", r) for r in res.pending]
+        out += [("group", r) for r in res.groups]
+        return pa.table(
+            {
+                "cluster": [cluster] * len(out),
+                "offsets_partition": [part] * len(out),
+                "row_kind": [k for k, _ in out],
+                "payload": [json.dumps(r) for _, r in out],
+            },
+            schema=pa.schema(
+                [
+                    ("cluster", pa.string()),
+                    ("offsets_partition", pa.int32()),
+                    ("row_kind", pa.string()),
+                    ("payload", pa.string()),
+                ]
+            ),
+        )
+
+    return run
+
+
+def _merge(
+    spark: SparkSession,
+    tables: Tables,
+    table: str,
+    rows: DataFrame,
+    key: list[str],
+    processed: list[dict[str, Any]],
+    replace_all: bool,
+) -> None:
+    """MERGE ``rows`` into a gold table. ``replace_all``: the rows are the complete set for every
+    processed partition (pending); else only recomputed partitions drop rows not produced."""
+    from delta.tables import DeltaTable
+
+    def parts_sql(ps: list[dict[str, Any]]) -> str:
+        if not ps:
+            return "false"
+        return " OR ".join(
+            f"(t.cluster = '{p['cluster']}' AND t.offsets_partition = {p['offsets_partition']})" for p in ps
+        )
+
+    recomputed = [p for p in processed if p["mode"] == "full"]
+    cond = " AND ".join(f"t.{k} <=> s.{k}" for k in key)
+    merge = DeltaTable.forPath(spark, tables.path("gold", table)).alias("t").merge(rows.alias("s"), cond)
+    if replace_all:
+        merge = merge.whenMatchedUpdateAll().whenNotMatchedInsertAll()
+        merge = merge.whenNotMatchedBySourceDelete(parts_sql(processed))
+    else:
+        merge = merge.whenMatchedUpdateAll("s.recomputed OR s.state_offset >= t.state_offset")
+        merge = merge.whenNotMatchedInsertAll().whenNotMatchedBySourceDelete(parts_sql(recomputed))
+    merge.execute()
+
+
+def run_gold(
+    spark: SparkSession,
+    tables: Tables,
+    run_id: str,
+    full_refresh: bool = False,
+    retention_ms: int = DEFAULT_RETENTION_MS,
+) -> GoldResult:
+    from pyspark.sql import functions as F
+
+    for t in tables.specs["gold"]:
+        tables.ensure("gold", t)
+    tables.ensure_views("gold")
+    result = GoldResult(mode="full refresh" if full_refresh else "incremental")
+    events = events_frame(spark, tables).persist()
+    try:
+        plan = _plan(spark, tables, events, full_refresh)
+        if not plan:
+            return result
+        result.partitions_recomputed = sum(p["mode"] == "full" for p in plan)
+        result.partitions_incremental = len(plan) - result.partitions_recomputed
+        result.recomputed = [
+            f"{p['cluster']}/{p['offsets_partition']}: {p['why']}" for p in plan if p["mode"] == "full"
+        ]
+        plan_df = spark.createDataFrame(
+            [(p["cluster"], p["offsets_partition"], p["mode"], p["from_offset"]) for p in plan],
+            "cluster string, offsets_partition int, mode string, from_offset bigint",
+        )
+        todo = events.join(F.broadcast(plan_df), list(PART)).where(
+            (F.col("mode") == "full") | (F.col("record_offset") > F.col("from_offset"))
+        )
+        todo = todo.select(*events.columns)
+        state = _state(spark, tables, plan_df.where("mode = 'incremental'").select(*PART))
+        out = (
+            todo.groupBy(*PART)
+            .cogroup(state.groupBy(*PART))
+            .applyInArrow(_replay_groups(retention_ms), STATE_COLUMNS)
+            .join(F.broadcast(plan_df.select(*PART, (F.col("mode") == "full").alias("recomputed"))), list(PART))
+            .persist()
+        )
+        result.events = todo.count()
+
+        def rows(kind: str, table: str) -> DataFrame:
+            spec = tables.spec("gold", table)
+            payload_schema = ", ".join(
+                f"{c.name} {c.type}" for c in spec.columns if c.name not in (*PART, "updated_run_id")
+            )
+            df = out.where(F.col("row_kind") == kind).select(
+                *PART, "recomputed", F.from_json("payload", payload_schema).alias("p")
+            )
+            df = df.select(*PART, "recomputed", "p.*").withColumn("updated_run_id", F.lit(run_id))
+            return df
+
+        # 1. mark in flight (a crash from here on makes the next run recompute these partitions)
+        _upsert_progress(spark, tables, plan, run_id, in_flight=True)
+        faults.point("gold.before_merge")
+        offsets = rows("offset", "current_offsets")
+        _merge(spark, tables, "current_offsets", offsets, [*PART, "group_id", "topic", "partition"], plan, False)
+        faults.point("gold.between_merges")
+        pending = rows("pending", "pending_transactions").drop("recomputed", "updated_run_id")
+        _merge(
+            spark,
+            tables,
+            "pending_transactions",
+            pending,
+            [*PART, "producer_id", "group_id", "topic", "partition"],
+            plan,
+            True,
+        )
+        groups = rows("group", "current_groups")
+        _merge(spark, tables, "current_groups", groups, [*PART, "group_id", "protocol"], plan, False)
+        result.offsets_rows = offsets.count()
+        result.pending_rows = pending.count()
+        result.group_rows = groups.count()
+        _upsert_progress(spark, tables, plan, run_id, in_flight=False)
+        out.unpersist()
+    finally:
+        events.unpersist()
+    return result
+
+
+def _upsert_progress(
+    spark: SparkSession, tables: Tables, plan: list[dict[str, Any]], run_id: str, in_flight: bool
+) -> None:
+    from delta.tables import DeltaTable
+
+    target = DeltaTable.forPath(spark, tables.path("gold", "partition_progress"))
+    if in_flight:
+        marks = spark.createDataFrame(
+            [(p["cluster"], p["offsets_partition"]) for p in plan], "cluster string, offsets_partition int"
+        )
+        (
+            target.alias("t")
+            .merge(marks.alias("s"), "t.cluster = s.cluster AND t.offsets_partition = s.offsets_partition")
+            .whenMatchedUpdate(set={"in_flight_run": f"'{run_id}'"})
+            .execute()
+        )
+        return
+    rows = spark.createDataFrame(
+        [
+            (
+                p["cluster"],
+                p["offsets_partition"],
+                p["applied_offset"],
+                p["events_applied"],
+                run_id,
+                p["mode"] == "full",
+                None,
+            )
+            for p in plan
+        ],
+        "cluster string, offsets_partition int, applied_offset bigint, events_applied bigint, run_id string, "
+        "recomputed boolean, in_flight_run string",
+    )
+    (
+        target.alias("t")
+        .merge(rows.alias("s"), "t.cluster = s.cluster AND t.offsets_partition = s.offsets_partition")
+        .whenMatchedUpdateAll()
+        .whenNotMatchedInsertAll()
+        .execute()
+    )
