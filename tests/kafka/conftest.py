@@ -24,6 +24,7 @@ class HarnessRun:
     broker: KafkaBroker
     harness: Harness
     results: dict[str, ScenarioResult | BaseException]
+    evidence: Evidence | None = None
 
     def result(self, name: str) -> ScenarioResult:
         r = self.results.get(name)
@@ -44,7 +45,10 @@ def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HarnessRun]:
     broker = KafkaBroker(tmp_path_factory.mktemp("kafka"), overrides=overrides).start()
     try:
         h = Harness(broker)
-        yield HarnessRun(broker, h, run_all(h))
+        run = HarnessRun(broker, h, run_all(h))
+        # right after the scenarios, before the 1-minute retention expires their empty groups
+        run.evidence = _take_evidence(run, tmp_path_factory)
+        yield run
     finally:
         broker.stop()
 
@@ -67,8 +71,7 @@ def _file_ends(logs: Path) -> dict[int, int]:
     return ends
 
 
-@pytest.fixture(scope="session")
-def evidence(harness: HarnessRun, tmp_path_factory: pytest.TempPathFactory) -> Evidence:
+def _take_evidence(harness: HarnessRun, tmp_path_factory: pytest.TempPathFactory) -> Evidence | None:
     """A truth snapshot of every group and a copy of the broker's files at the same log position
     (after a clean shutdown); retried if the coordinator wrote in between (expiry runs every 5 s)."""
     for attempt in range(5):
@@ -77,7 +80,14 @@ def evidence(harness: HarnessRun, tmp_path_factory: pytest.TempPathFactory) -> E
         ends = _file_ends(logs)
         if all(ends.get(p, 0) == o for p, o in snap.offsets_topic_end_offsets.items()):
             return Evidence(logs, snap)
-    pytest.fail("the offsets topic kept moving between the snapshot and the copy")
+    return None
+
+
+@pytest.fixture(scope="session")
+def evidence(harness: HarnessRun) -> Evidence:
+    if harness.evidence is None:
+        pytest.fail("the offsets topic kept moving between the snapshot and the copy (5 attempts)")
+    return harness.evidence
 
 
 @pytest.fixture(scope="session")

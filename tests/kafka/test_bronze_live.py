@@ -115,5 +115,12 @@ def test_open_transaction_holds_ingestion_and_status_shows_it(spark, tables, har
         with contextlib.suppress(KafkaException):  # already aborted by the coordinator's timeout
             p.abort_transaction(30)
         member.close()
+    # the coordinator writes the ABORT marker after EndTxn returns: wait until the LSO moved
+    h.wait(
+        lambda: (e := partition_ends(spark, live_source(harness))[part])["last_stable"] == e["high_watermark"],
+        "the ABORT marker to release the last stable offset",
+        timeout=60,
+        every=0.5,
+    )
     ingest_kafka(spark, tables, "live", live_source(harness), "run-hanging-2")
     assert {r["partition"]: r for r in last_runs(spark, tables)}[part]["held_back"] == 0

@@ -29,6 +29,11 @@ def test_gold_equals_the_brokers_truth(spark, tables, evidence, harness):
         if not g.exists or g.type not in ("classic", "consumer"):
             continue
         row = by_id.get((g.group_id, g.type))
+        if row is None and g.type == "classic" and not g.members and g.simple_consumer_group:
+            # intended difference: a group that only ever committed offsets (admin, assign()) has no
+            # group record in the log; the broker lists it because of its offsets, gold keeps
+            # those in current_offsets
+            continue
         assert row is not None, f"{g.group_id} ({g.type}) is missing from gold.current_groups"
         if g.type == "consumer":
             assert row["generation"] == g.group_epoch, g.group_id
