@@ -15,7 +15,7 @@ from pipelines.runtime.config import ConfigError, JobsFile, load, resolve_root
 
 log = logging.getLogger("offsets_lakehouse")
 
-AVAILABLE_STAGES = ("bronze",)  # silver, gold and quality arrive with their milestones
+AVAILABLE_STAGES = ("bronze", "silver")  # gold and quality arrive with their milestones
 
 
 class StageUnavailable(ConfigError):
@@ -102,7 +102,7 @@ def run_job(ctx: Context, job_name: str, stages: list[str] | None = None, full_r
                 f"stage {stage!r} is not available in this version (available: {', '.join(AVAILABLE_STAGES)})"
             )
     if full_refresh:
-        log.info("full refresh requested: silver and gold would be rebuilt; bronze is never rewritten")
+        log.info("full refresh requested: silver and gold are rebuilt from bronze; bronze is never rewritten")
     report = RunReport(f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}", job_name)
     for stage in wanted:
         started = datetime.now(timezone.utc)
@@ -111,6 +111,8 @@ def run_job(ctx: Context, job_name: str, stages: list[str] | None = None, full_r
         try:
             if stage == "bronze":
                 sr.details = _bronze(ctx, job.sources, report.run_id)
+            elif stage == "silver":
+                sr.details = _silver(ctx, report.run_id, full_refresh)
         except Exception:
             sr.status = "failed"
             sr.seconds = time.monotonic() - t0
@@ -141,6 +143,53 @@ def _bronze(ctx: Context, sources: list[str], run_id: str) -> list[dict[str, Any
             len(result.issues),
         )
     return details
+
+
+def _silver(ctx: Context, run_id: str, full_refresh: bool) -> list[dict[str, Any]]:
+    from pipelines.silver.ingest import run_silver
+
+    log.info("silver: decoding bronze rows not yet in silver%s", " (full refresh)" if full_refresh else "")
+    result = run_silver(ctx.spark, ctx.tables, run_id, full_refresh)
+    _log_silver(result)
+    return [result.to_json()]
+
+
+def _log_silver(result: Any) -> None:
+    log.info(
+        "silver: %s, bronze version %s..%s, %d bronze rows decoded, %d quarantined, %d rows inserted",
+        result.mode,
+        result.bronze_version_from,
+        result.bronze_version,
+        result.bronze_rows,
+        result.quarantined,
+        sum(result.inserted.values()),
+    )
+    for note in result.notes:
+        log.info("silver: %s", note)
+
+
+def redecode_job(ctx: Context, job_name: str) -> RunReport:
+    """Decode the job's quarantine again (after an upgrade); recorded as a silver stage run."""
+    from pipelines.silver.ingest import redecode_quarantine
+
+    if job_name not in ctx.config.jobs:
+        raise ConfigError(f"{ctx.config_path}: jobs.{job_name}: no such job (known: {sorted(ctx.config.jobs)})")
+    report = RunReport(f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}", job_name)
+    started = datetime.now(timezone.utc)
+    t0 = time.monotonic()
+    sr = StageReport("silver")
+    try:
+        result = redecode_quarantine(ctx.spark, ctx.tables, report.run_id)
+        log.info("redecode: %d quarantined rows, %d released into their tables", result.bronze_rows, result.released)
+        sr.details = [result.to_json()]
+    except Exception:
+        sr.status = "failed"
+        raise
+    finally:
+        sr.seconds = time.monotonic() - t0
+        report.stages.append(sr)
+        _record(ctx, report, sr, started)
+    return report
 
 
 def _record(ctx: Context, report: RunReport, sr: StageReport, started: datetime) -> None:

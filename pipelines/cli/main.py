@@ -251,6 +251,38 @@ def run(
 
 
 @cli.command()
+@click.argument("job")
+@_config_option
+@click.option("--master", help="Spark master URL (overrides jobs.yaml).")
+@click.option("--json", "as_json", is_flag=True, help="Print the run report as JSON.")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@_verbose_option
+def redecode(job: str, config_path: Path, master: str | None, as_json: bool, log_format: str, verbose: bool) -> None:
+    """Decode JOB's silver.quarantine again with this version's decoder (after an upgrade).
+
+    Records it now reads move into their tables; the others stay, re-tried by this decoder
+    version. Recorded in bronze.runs as a silver stage run. Exit 0 ok, 1 failure, 2 configuration.
+    """
+    from pipelines.runner import Context, redecode_job
+    from pipelines.runtime.config import ConfigError
+
+    _setup_logging(verbose, log_format)
+    try:
+        report = redecode_job(Context(config_path, master), job)
+    except ConfigError as exc:
+        _fail(exc, EXIT_CONFIG, verbose)
+    except Exception as exc:
+        _fail(exc, EXIT_FAILURE, verbose)
+    if as_json:
+        click.echo(json.dumps(report.to_json(), default=str))
+    else:
+        from pipelines.cli.render import render_run
+
+        render_run(report)
+    sys.exit(EXIT_OK if report.status == "ok" else EXIT_FAILURE)
+
+
+@cli.command()
 @_config_option
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 @_verbose_option

@@ -82,6 +82,18 @@ def render_run(report: Any) -> None:
         if not s.details:
             table.add_row(s.stage, s.status, f"{s.seconds:.1f}", "", "", "", "", "")
         for d in s.details:
+            if "mode" in d:  # silver: bronze rows decoded, rows added to the silver tables
+                table.add_row(
+                    s.stage,
+                    s.status,
+                    f"{s.seconds:.1f}",
+                    f"silver ({d['mode']})",
+                    str(d.get("bronze_rows", "")),
+                    str(sum(d.get("inserted", {}).values())),
+                    "",
+                    f"{_flag(d.get('quarantined', 0))} quarantined",
+                )
+                continue
             table.add_row(
                 s.stage,
                 s.status,

@@ -15,6 +15,13 @@ POINTS = {
     "bronze.before_write": "rows read and staged, nothing written to bronze yet",
     "bronze.after_write_before_commit": "new data files written into the bronze table directory, no Delta commit",
     "bronze.after_commit": "the MERGE is committed; the run is not recorded and the process dies",
+    "silver.after_decode": "bronze rows selected and decoded, nothing written to silver yet",
+    "silver.after_write_before_commit": "one silver table committed, data files of the next written without a commit",
+    "silver.after_first_table": "the first silver table's MERGE is committed, the others not",
+    "silver.before_derived": "every decoded table written; topic_ids and version_inventory not updated",
+    "silver.before_watermark": "every silver table written; the watermark (silver.progress) not",
+    "silver.refresh_after_first_table": "full refresh: refresh_pending recorded, the first table overwritten",
+    "silver.redecode_before_quarantine": "redecode: released rows inserted into their tables, quarantine untouched",
 }
 EXIT_CODE = 86
 

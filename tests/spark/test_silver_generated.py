@@ -1,0 +1,275 @@
+"""Silver from generated logs of two clusters: reconciliation by record, incremental runs through
+the change data feed, re-runs that change nothing, full refresh equal to incremental.
+
+One lakehouse is built once for the module (bronze and silver runs are the expensive part):
+cluster ``a`` arrives in two bronze runs (half its partitions first), cluster ``b`` — another
+log whose group names overlap ``a``'s — in the second. Expected values come from ``inspect`` on
+the log files, the generator's expected-state.json and the bytes' own topic id pairs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipelines.bronze.ingest import ingest_segments
+from pipelines.generate import generate
+from pipelines.runtime import faults
+from pipelines.runtime.config import SegmentsSource
+from pipelines.runtime.tables import Tables
+from pipelines.silver.ingest import last_progress, run_silver
+from tests.support.silver import census, commits_of, read, snapshot, topic_id_pairs_of, versions
+
+RECORD_TABLES = (
+    "offset_commits",
+    "group_metadata",
+    "consumer_group_metadata",
+    "consumer_group_partition_metadata",
+    "consumer_group_member_metadata",
+    "consumer_group_target_assignment_metadata",
+    "consumer_group_target_assignment_member",
+    "consumer_group_current_member_assignment",
+    "consumer_group_regular_expressions",
+    "share_group_records",
+    "streams_group_records",
+    "tombstones",
+    "transaction_markers",
+    "quarantine",
+)
+
+
+def source(paths: list[Path], cluster: str) -> SegmentsSource:
+    return SegmentsSource(kind="segments", cluster=cluster, paths=[str(p) for p in paths])
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("silver-logs")
+    generate(root / "a", 4000, seed=4, partitions=4, segment_bytes=32 * 1024)
+    generate(root / "b", 2500, seed=8, partitions=4, segment_bytes=32 * 1024)
+    half = root / "a-half"
+    for p in (0, 1):
+        shutil.copytree(root / "a" / f"__consumer_offsets-{p}", half / f"__consumer_offsets-{p}")
+    return {"a": root / "a", "b": root / "b", "a-half": half}
+
+
+@pytest.fixture(scope="module")
+def lake(spark, logs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Two silver runs around a second bronze load; the second is first killed at three points."""
+    for db in ("bronze", "silver", "gold", "quality"):
+        spark.sql(f"DROP SCHEMA IF EXISTS {db} CASCADE")
+    tables = Tables(spark, str(tmp_path_factory.mktemp("silver-lake") / "lakehouse"))
+    out: dict[str, Any] = {"tables": tables}
+    ingest_segments(spark, tables, "a-half", source([logs["a-half"]], "a"), "r1", "/")
+    out["first"] = run_silver(spark, tables, "r1")
+    both = SegmentsSource(
+        kind="segments",
+        cluster="unused",
+        paths=[str(logs["a"]), str(logs["b"])],
+        cluster_from_path=r"/(?P<cluster>[ab])/__consumer_offsets",
+    )
+    ingest_segments(spark, tables, "a+b", both, "r2", "/")
+    out["before_kills"] = versions(spark, tables)
+    out["killed"] = []
+    for point in ("silver.after_write_before_commit", "silver.before_watermark"):
+        with crash_at(point), pytest.raises(Crash):
+            run_silver(spark, tables, f"killed-{point}")
+        out["killed"].append((point, versions(spark, tables) | {"watermark": last_progress(spark, tables)["run_id"]}))
+    out["second"] = run_silver(spark, tables, "r2")
+    out["versions"] = versions(spark, tables)
+    out["third"] = run_silver(spark, tables, "r3")
+    out["versions_after"] = versions(spark, tables)
+    return out
+
+
+def counts_by(spark, tables, table: str, *cols: str) -> Counter:
+    df = read(spark, tables, table)
+    if df is None:
+        return Counter()
+    return Counter({tuple(r[:-1]): r[-1] for r in df.groupBy(*cols).count().collect()})
+
+
+def test_runs_select_only_new_bronze_rows(lake, logs) -> None:
+    half = sum(p["records"] for p in census(logs["a-half"]).values())
+    total = sum(p["records"] for name in ("a", "b") for p in census(logs[name]).values())
+    assert lake["first"].mode == "snapshot" and lake["first"].bronze_rows == half
+    assert lake["second"].mode == "incremental", "the second run reads bronze's change data feed"
+    assert lake["second"].bronze_rows == total - half
+    assert lake["third"].mode == "up_to_date"
+
+
+def test_rerunning_changes_nothing(lake) -> None:
+    assert lake["versions_after"] == lake["versions"], "no silver table got a new version"
+    assert lake["third"].bronze_rows == 0
+
+
+def test_killed_runs_wrote_partially_and_the_rerun_completed(lake) -> None:
+    """Each kill left tables written and no watermark; the clean run finished the same range
+    (the later tests check its result against the log itself)."""
+    before = lake["before_kills"]
+    killed = dict(lake["killed"])
+    first = killed["silver.after_write_before_commit"]
+    assert first["offset_commits"] == before["offset_commits"] + 1, "the first table was committed"
+    assert first["group_metadata"] == before["group_metadata"], "the second only left unreferenced files"
+    assert first["version_inventory"] == before["version_inventory"]
+    assert killed["silver.before_watermark"]["version_inventory"] > before["version_inventory"]
+    assert {v["watermark"] for v in killed.values()} == {"r1"}, "no kill wrote the watermark"
+    second = lake["second"]
+    assert second.mode == "incremental" and second.bronze_version_from == lake["first"].bronze_version
+    assert sum(second.inserted.values()) == 0, "the killed runs had inserted everything already"
+
+
+def test_silver_reconciles_with_bronze_counted_in_records(spark, lake, logs) -> None:
+    tables = lake["tables"]
+    got: Counter = Counter()
+    for table in RECORD_TABLES:
+        got.update(counts_by(spark, tables, table, "cluster", "offsets_partition"))
+    bronze = counts_by_bronze(spark, tables)
+    assert got == bronze
+    markers = counts_by(spark, tables, "transaction_markers", "cluster", "offsets_partition")
+    tombstones = counts_by(spark, tables, "tombstones", "cluster", "offsets_partition")
+    members = counts_by(spark, tables, "group_members", "cluster", "offsets_partition")
+    for cluster in ("a", "b"):
+        expected = census(logs[cluster])
+        assert {p: n for (c, p), n in bronze.items() if c == cluster} == {p: e["records"] for p, e in expected.items()}
+        for p, e in expected.items():
+            assert markers[(cluster, p)] == e["control"]
+            assert tombstones[(cluster, p)] == e["tombstones"]
+            assert members[(cluster, p)] == e["members"], "group_members has one row per member per record"
+    assert read(spark, tables, "quarantine") is None, "nothing quarantined, so no quarantine table"
+
+
+def counts_by_bronze(spark, tables) -> Counter:
+    rows = spark.read.format("delta").load(tables.path("bronze", "offsets_records")).groupBy("cluster", "partition")
+    return Counter({(r[0], r[1]): r[2] for r in rows.count().collect()})
+
+
+def test_version_inventory_is_the_log_census(spark, lake, logs) -> None:
+    inv = read(spark, lake["tables"], "version_inventory").collect()
+    for cluster in ("a", "b"):
+        got: dict[int, Counter] = {}
+        for r in inv:
+            if r["cluster"] != cluster or r["record_kind"] == "control":
+                continue
+            assert r["status"] == "decoded"
+            version = "null" if r["record_kind"] == "tombstone" else str(r["value_version"])
+            got.setdefault(r["offsets_partition"], Counter())[f"{r['record_type']}/{version}"] += r["records"]
+        assert got == {p: e["by_type_version"] for p, e in census(logs[cluster]).items()}
+        assert sum(r["records"] for r in inv if r["cluster"] == cluster) == sum(
+            e["records"] for e in census(logs[cluster]).values()
+        )
+
+
+def test_two_clusters_with_the_same_group_names_stay_apart(spark, lake, logs) -> None:
+    df = read(spark, lake["tables"], "offset_commits")
+    for cluster in ("a", "b"):
+        got = {
+            (r[0], r[1], r[2], r[3], r[4], r[5])
+            for r in df.where(f"cluster = '{cluster}'")
+            .select("offsets_partition", "record_offset", "group_id", "topic", "partition", "committed_offset")
+            .collect()
+        }
+        assert got == commits_of(logs[cluster])
+    groups = {c: {r[0] for r in df.where(f"cluster = '{c}'").select("group_id").distinct().collect()} for c in "ab"}
+    assert groups["a"] & groups["b"], "the two logs share group names"
+
+
+def test_values_match_the_reference_replay(spark, lake, logs) -> None:
+    tables = lake["tables"]
+    for cluster in ("a", "b"):
+        state = json.loads((logs[cluster] / "expected-state.json").read_text())
+        commits = {
+            (r["offsets_partition"], r["record_offset"]): r
+            for r in read(spark, tables, "offset_commits").where(f"cluster = '{cluster}'").collect()
+        }
+        for o in state["offsets"]:
+            r = commits[(o["offsets_partition"], o["record_offset"])]
+            assert (r["group_id"], r["topic"], r["partition"], r["committed_offset"], r["leader_epoch"]) == (
+                o["group"],
+                o["topic"],
+                o["partition"],
+                o["offset"],
+                o["leader_epoch"],
+            )
+            assert (r["metadata"], r["commit_timestamp"], r["expire_timestamp"]) == (
+                o["metadata"],
+                o["commit_timestamp"],
+                o["expire_timestamp"],
+            )
+        members: dict[tuple, list] = {}
+        for m in read(spark, tables, "group_members").where(f"cluster = '{cluster}'").collect():
+            members.setdefault((m["offsets_partition"], m["record_offset"]), []).append(m)
+        for g in state["classic_groups"]:
+            got = sorted(members.get((g["offsets_partition"], g["record_offset"]), []), key=lambda m: m["member_index"])
+            assert [m["member_id"] for m in got] == [e["member_id"] for e in g["members"]]
+            if g["protocol_type"] == "consumer":
+                for m, e in zip(got, g["members"], strict=True):
+                    assert m["subscribed_topics"] == e["subscribed_topics"]
+                    assert {a["topic"]: a["partitions"] for a in m["assigned_partitions"]} == e["assigned_partitions"]
+
+
+def test_topic_ids_resolve_to_the_names_the_log_carries(spark, lake, logs) -> None:
+    tables = lake["tables"]
+    share = read(spark, tables, "share_group_records")
+    checked = 0
+    for cluster in ("a", "b"):
+        known = dict(topic_id_pairs_of(logs[cluster]))
+        ids = {
+            (r["topic_id"], r["topic_name"])
+            for r in read(spark, tables, "topic_ids").where(f"cluster = '{cluster}'").collect()
+        }
+        assert ids == set(known.items())
+        rows = share.where(f"cluster = '{cluster}' AND record_type IN (13, 14)").collect()
+        for r in rows:
+            if r["record_type"] == 13:
+                arrays = r["target_assignment_member"]["topic_partitions"]
+            else:
+                arrays = r["current_member_assignment"]["assigned_partitions"]
+            for e in arrays:
+                assert e["topic"] == known.get(e["topic_id"]), (cluster, r["record_offset"], e)
+                checked += e["topic"] is not None
+    assert checked > 0, "some share-group assignments name their topics"
+
+
+def test_full_refresh_equals_incremental(spark, lake) -> None:
+    """A full refresh killed after its first table is completed by the next plain run."""
+    tables = lake["tables"]
+    incremental = snapshot(spark, tables)
+    with crash_at("silver.refresh_after_first_table"), pytest.raises(Crash):
+        run_silver(spark, tables, "refresh", full_refresh=True)
+    result = run_silver(spark, tables, "after-kill")
+    assert result.mode == "full_refresh", "the pending refresh is finished, whatever the flags"
+    assert snapshot(spark, tables) == incremental
+    assert run_silver(spark, tables, "after").mode == "up_to_date"
+
+
+class Crash(Exception):
+    pass
+
+
+@contextmanager
+def crash_at(point: str) -> Iterator[None]:
+    """Stop a run at a named fault point (pipelines/runtime/faults.py) as a kill would: what is
+    committed stays, nothing after the point happens. The e2e tier kills real processes."""
+    assert point in faults.POINTS
+
+    def fail(name: str) -> None:
+        if name == point:
+            raise Crash(name)
+
+    original = faults.point
+    faults.point = fail
+    os.environ["OFFSETS_FAULT"] = point
+    try:
+        yield
+    finally:
+        faults.point = original
+        os.environ.pop("OFFSETS_FAULT", None)

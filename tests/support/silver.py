@@ -1,0 +1,107 @@
+"""Helpers for silver tests: table contents and versions, and independent censuses of log files."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from pipelines.codec.records import decode_record
+from pipelines.codec.segments import discover
+from pipelines.inspect import inspect_segment, iter_record_json
+
+# every silver table but the watermark log (whose rows carry run ids and times)
+CONTENT_TABLES = (
+    "offset_commits",
+    "group_metadata",
+    "group_members",
+    "consumer_group_metadata",
+    "consumer_group_partition_metadata",
+    "consumer_group_member_metadata",
+    "consumer_group_target_assignment_metadata",
+    "consumer_group_target_assignment_member",
+    "consumer_group_current_member_assignment",
+    "consumer_group_regular_expressions",
+    "share_group_records",
+    "streams_group_records",
+    "tombstones",
+    "transaction_markers",
+    "quarantine",
+    "version_inventory",
+    "topic_ids",
+)
+
+
+def read(spark, tables, table: str):
+    from delta.tables import DeltaTable
+
+    path = tables.path("silver", table)
+    return spark.read.format("delta").load(path) if DeltaTable.isDeltaTable(spark, path) else None
+
+
+def snapshot(spark, tables) -> dict[str, list[str]]:
+    """Every row of every silver content table, as sorted JSON lines (tables that exist)."""
+    out = {}
+    for table in CONTENT_TABLES:
+        df = read(spark, tables, table)
+        if df is not None:
+            out[table] = sorted(json.dumps(r.asDict(recursive=True), default=str, sort_keys=True) for r in df.collect())
+    return out
+
+
+def versions(spark, tables) -> dict[str, int]:
+    from delta.tables import DeltaTable
+
+    out = {}
+    for table in (*CONTENT_TABLES, "progress"):
+        path = tables.path("silver", table)
+        if DeltaTable.isDeltaTable(spark, path):
+            out[table] = DeltaTable.forPath(spark, path).history(1).collect()[0]["version"]
+    return out
+
+
+def census(logs: Path) -> dict[int, dict[str, Any]]:
+    """Per offsets partition, counted by ``inspect`` (not by silver): records, control records,
+    tombstones, counts per "type/version", and classic group members."""
+    out: dict[int, dict[str, Any]] = {}
+    for seg in discover([logs]):
+        report = inspect_segment(seg)
+        part = out.setdefault(
+            seg.partition, {"records": 0, "control": 0, "tombstones": 0, "by_type_version": Counter(), "members": 0}
+        )
+        part["records"] += report.records
+        part["control"] += report.control_records
+        part["tombstones"] += report.tombstones
+        part["by_type_version"].update(report.by_type_version)
+    for line in iter_record_json(discover([logs])):
+        if line["record_type"] == 2 and line["value"] is not None:
+            out[line["partition"]]["members"] += len(line["value"]["members"])
+    return out
+
+
+def commits_of(logs: Path) -> set[tuple]:
+    """(partition, offset, group, topic, topic partition, committed offset) of every offset commit."""
+    return {
+        (r["partition"], r["offset"], r["key"]["group"], r["key"]["topic"], r["key"]["partition"], r["value"]["offset"])
+        for r in iter_record_json(discover([logs]))
+        if r["record_type"] in (0, 1) and r["value"] is not None
+    }
+
+
+def topic_id_pairs_of(logs: Path) -> set[tuple[str, str]]:
+    """(topic id, topic name) pairs written in the log: offset commits v4 and share-group state records."""
+    pairs = set()
+    for seg in discover([logs]):
+        for r in iter_record_json([seg]):
+            if r["record_type"] == 1 and r["value_version"] == 4 and r["value"]["topic_id"] != "A" * 22:
+                pairs.add((r["value"]["topic_id"], r["key"]["topic"]))
+            if r["record_type"] == 15 and r["value"] is not None:
+                for field in ("initializing_topics", "initialized_topics", "deleting_topics"):
+                    for t in r["value"].get(field) or ():
+                        pairs.add((t["topic_id"], t["topic_name"]))
+    return pairs
+
+
+def member_count(key: bytes, value: bytes) -> int:
+    return len(decode_record(key, value).value["members"])
