@@ -15,7 +15,7 @@ from pipelines.runtime.config import ConfigError, JobsFile, load, resolve_root
 
 log = logging.getLogger("offsets_lakehouse")
 
-AVAILABLE_STAGES = ("bronze", "silver")  # gold and quality arrive with their milestones
+AVAILABLE_STAGES = ("bronze", "silver", "gold")  # quality arrives with its milestone
 
 
 class StageUnavailable(ConfigError):
@@ -113,6 +113,8 @@ def run_job(ctx: Context, job_name: str, stages: list[str] | None = None, full_r
                 sr.details = _bronze(ctx, job.sources, report.run_id)
             elif stage == "silver":
                 sr.details = _silver(ctx, report.run_id, full_refresh)
+            elif stage == "gold":
+                sr.details = _gold(ctx, report.run_id, full_refresh)
         except Exception:
             sr.status = "failed"
             sr.seconds = time.monotonic() - t0
@@ -151,6 +153,25 @@ def _silver(ctx: Context, run_id: str, full_refresh: bool) -> list[dict[str, Any
     log.info("silver: decoding bronze rows not yet in silver%s", " (full refresh)" if full_refresh else "")
     result = run_silver(ctx.spark, ctx.tables, run_id, full_refresh)
     _log_silver(result)
+    return [result.to_json()]
+
+
+def _gold(ctx: Context, run_id: str, full_refresh: bool) -> list[dict[str, Any]]:
+    from pipelines.gold.build import run_gold
+
+    log.info("gold: replaying new silver events per offsets partition%s", " (full refresh)" if full_refresh else "")
+    result = run_gold(ctx.spark, ctx.tables, run_id, full_refresh)
+    log.info(
+        "gold: %d events, %d partitions incremental, %d recomputed; %d offset rows, %d pending, %d group rows",
+        result.events,
+        result.partitions_incremental,
+        result.partitions_recomputed,
+        result.offsets_rows,
+        result.pending_rows,
+        result.group_rows,
+    )
+    for why in result.recomputed:
+        log.info("gold: recomputed %s", why)
     return [result.to_json()]
 
 

@@ -22,6 +22,8 @@ POINTS = {
     "silver.before_watermark": "every silver table written; the watermark (silver.progress) not",
     "silver.refresh_after_first_table": "full refresh: refresh_pending recorded, the first table overwritten",
     "silver.redecode_before_quarantine": "redecode: released rows inserted into their tables, quarantine untouched",
+    "gold.before_merge": "processed partitions marked in flight, no gold table changed",
+    "gold.between_merges": "current_offsets merged; pending_transactions, current_groups and progress not",
 }
 EXIT_CODE = 86
 
