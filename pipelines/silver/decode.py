@@ -361,6 +361,70 @@ _TABLE_OF = {t: table_of(t) for t in TYPE_NAMES}
 
 
 # -- one Arrow batch -----------------------------------------------------------------------------
+def decode_one(key: bytes | None, value: bytes | None, control: bool, decoder_version: str) -> tuple[str, dict]:
+    """``(silver table, payload)`` for one bronze record. Never raises for bad bytes.
+
+    A quarantine payload lacks ``source_uri`` and ``batch_position`` (the caller has them).
+    """
+    if control:
+        try:
+            ctype, cversion, epoch = decode_control(key, value)
+        except DecodeError as exc:
+            return "quarantine", _quarantined(
+                key, value, True, exc.reason.value, "key", exc.position, exc.detail, None, decoder_version
+            )
+        return "transaction_markers", {
+            "control_type": CONTROL_TYPES.get(ctype, "UNKNOWN"),
+            "control_type_id": ctype,
+            "control_version": cversion,
+            "coordinator_epoch": epoch,
+        }
+    d = decode_record(key, value)
+    if d.reason is not None:
+        reason = d.reason.value
+        return "quarantine", _quarantined(
+            key, value, False, reason, d.error_part, d.error_position, d.error_detail, d, decoder_version
+        )
+    t = d.record_type
+    if d.tombstone:
+        return "tombstones", _tombstone(t, d.key)
+    if t <= 1:
+        return "offset_commits", _offset_commit(t, d.value_version, d.key, d.value)
+    table = _TABLE_OF[t]
+    if t == 2:
+        return table, _group_metadata(d.value_version, d.key, d.value, d.warnings)
+    if table in ("share_group_records", "streams_group_records"):
+        return table, _share_streams(t, d.value_version, d.layout, d.key, d.value)
+    return table, _consumer(t, d.value_version, d.layout, d.key, d.value)
+
+
+def _quarantined(
+    key: bytes | None,
+    value: bytes | None,
+    control: bool,
+    reason: str,
+    part: str | None,
+    position: int | None,
+    detail: str | None,
+    d: Any,
+    decoder_version: str,
+) -> dict[str, Any]:
+    decoded_key = d.key if d is not None else None
+    return {
+        "control": control,
+        "record_type": d.record_type if d is not None else None,
+        "value_version": d.value_version if d is not None else None,
+        "group_id": None if decoded_key is None else decoded_key.get("group", decoded_key.get("group_id")),
+        "reason": reason,
+        "error_part": part,
+        "error_position": position,
+        "error_detail": detail,
+        "raw_key": key,
+        "raw_value": value,
+        "decoder_version": decoder_version,
+    }
+
+
 def decode_batch(batch: pa.RecordBatch, plan: DecodePlan) -> list[pa.RecordBatch]:
     """Bronze rows -> wide decoded rows, exactly one per input row. Never raises for bad bytes.
 
@@ -375,72 +439,14 @@ def decode_batch(batch: pa.RecordBatch, plan: DecodePlan) -> list[pa.RecordBatch
     controls = col["control"].to_pylist()
     rows: dict[str, list[dict[str, Any]]] = {t: [] for t in RECORD_TABLES}
     where: dict[str, list[int]] = {t: [] for t in RECORD_TABLES}
-    commits, commit_at = rows["offset_commits"], where["offset_commits"]
-    table_of_type = _TABLE_OF
-
-    def quarantine(i: int, control: bool, reason: str, part: str, position: int, detail: str, d: Any = None) -> None:
-        key = d.key if d is not None else None
-        rows["quarantine"].append(
-            {
-                "control": control,
-                "record_type": d.record_type if d is not None else None,
-                "value_version": d.value_version if d is not None else None,
-                "group_id": None if key is None else key.get("group", key.get("group_id")),
-                "reason": reason,
-                "error_part": part,
-                "error_position": position,
-                "error_detail": detail,
-                "raw_key": keys[i],
-                "raw_value": values[i],
-                "decoder_version": plan.decoder_version,
-                "source_uri": _value(col, "source_uri", i),
-                "batch_position": _value(col, "batch_position", i),
-            }
-        )
-        where["quarantine"].append(i)
-
+    version = plan.decoder_version
     for i in range(n):
-        key = keys[i]
-        value = values[i]
-        if controls[i]:
-            try:
-                ctype, cversion, epoch = decode_control(key, value)
-            except DecodeError as exc:
-                quarantine(i, True, exc.reason.value, "key", exc.position, exc.detail)
-                continue
-            rows["transaction_markers"].append(
-                {
-                    "control_type": CONTROL_TYPES.get(ctype, "UNKNOWN"),
-                    "control_type_id": ctype,
-                    "control_version": cversion,
-                    "coordinator_epoch": epoch,
-                }
-            )
-            where["transaction_markers"].append(i)
-            continue
-        d = decode_record(key, value)
-        if d.reason is not None:
-            quarantine(i, False, d.reason.value, d.error_part, d.error_position, d.error_detail, d)
-            continue
-        t = d.record_type
-        if d.tombstone:
-            rows["tombstones"].append(_tombstone(t, d.key))
-            where["tombstones"].append(i)
-            continue
-        if t <= 1:
-            commits.append(_offset_commit(t, d.value_version, d.key, d.value))
-            commit_at.append(i)
-            continue
-        table = table_of_type[t]
-        if t == 2:
-            payload = _group_metadata(d.value_version, d.key, d.value, d.warnings)
-        elif table in ("share_group_records", "streams_group_records"):
-            payload = _share_streams(t, d.value_version, d.layout, d.key, d.value)
-        else:
-            payload = _consumer(t, d.value_version, d.layout, d.key, d.value)
+        table, payload = decode_one(keys[i], values[i], controls[i], version)
+        if table == "quarantine":
+            payload["source_uri"] = _value(col, "source_uri", i)
+            payload["batch_position"] = _value(col, "batch_position", i)
         rows[table].append(payload)
         where[table].append(i)
-
     out = []
     for table in RECORD_TABLES:
         if rows[table]:

@@ -335,10 +335,6 @@ def run_silver(spark: SparkSession, tables: Tables, run_id: str, full_refresh: b
     plan = build_plan()
     result = SilverResult("full_refresh" if full else "incremental", watermark, latest)
     recorded = json.loads((done or {}).get("summary") or "{}")
-    had_cdf = bool(recorded.get("bronze_cdf")) or _ensure_bronze_cdf(spark, tables, result)
-    if not had_cdf:
-        latest = _version(spark, bronze_path)  # enabling the feed was a bronze commit
-        result.bronze_version = latest
     if not full and watermark is not None and watermark >= latest:
         result.mode = "up_to_date"
         if _version(spark, tables.path("silver", "topic_ids")) != recorded.get("topic_ids_version"):
@@ -348,7 +344,7 @@ def run_silver(spark: SparkSession, tables: Tables, run_id: str, full_refresh: b
         return result
 
     wide, counts = None, None
-    if not full and watermark is not None and had_cdf:
+    if not full and watermark is not None:
         try:
             wide = decode_frame(_bronze_changes(spark, bronze_path, watermark + 1, latest), plan)
             wide = wide.persist(StorageLevel.MEMORY_AND_DISK)
@@ -358,6 +354,9 @@ def run_silver(spark: SparkSession, tables: Tables, run_id: str, full_refresh: b
             if wide is not None:
                 wide.unpersist()
             wide = None
+            if not _ensure_bronze_cdf(spark, tables, result):
+                latest = _version(spark, bronze_path)  # switching it on was a bronze commit (no rows)
+                result.bronze_version = latest
     if wide is None:
         if not full:
             result.mode = "snapshot"
@@ -408,7 +407,6 @@ def _finish(
     summary = result.to_json() | {
         "decoder_version": plan.decoder_version,
         "topic_ids_version": _version(spark, tables.path("silver", "topic_ids")),
-        "bronze_cdf": True,  # every run switches it on (and the schema declares it)
     }
     _write_progress(spark, tables, run_id, result.mode, bronze_version, result.bronze_rows, summary)
 
