@@ -91,7 +91,16 @@ public class Truth {
         row.put("type", "streams");
         row.put("state", listing.groupState().map(Object::toString).orElse(null));
       } else {
-        row = consumerGroup(admin, g);
+        try {
+          row = consumerGroup(admin, g);
+        } catch (ExecutionException e) {
+          // listed a moment ago, gone now (expired or deleted meanwhile): the end offsets moved,
+          // so the caller sees an inconsistent snapshot and retries
+          if (!(e.getCause() instanceof org.apache.kafka.common.errors.GroupIdNotFoundException)) throw e;
+          row = new LinkedHashMap<>();
+          row.put("group_id", g);
+          row.put("exists", false);
+        }
       }
       rows.add(row);
     }
