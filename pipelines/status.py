@@ -44,6 +44,19 @@ def collect_status(ctx: Any) -> dict[str, Any]:
                     f"offset {row['position']}, {row['held_back']} records behind the high watermark "
                     "(an open transaction; see docs/bronze.md)"
                 )
+    from pipelines.silver.ingest import silver_status
+
+    doc["silver"] = silver_status(ctx.spark, tables)
+    if doc["silver"] is not None:
+        silver = doc["silver"]
+        if silver["killed"]:
+            doc["notes"].append("the last silver run did not finish: the next run re-processes its bronze rows")
+        if silver["quarantined"]:
+            listed = ", ".join(f"{n} {r}" for r, n in sorted(silver["quarantined"].items()))
+            doc["notes"].append(
+                f"silver.quarantine holds records that did not decode ({listed}); after an upgrade: "
+                "offsets-lakehouse redecode <job>"
+            )
     runs = tables.name("bronze", "runs")
     if runs in names:
         doc["runs"] = [

@@ -152,6 +152,20 @@ def render_status(doc: dict[str, Any]) -> None:
                 str(row["run_id"]),
             )
         console.print(k)
+    silver = doc.get("silver")
+    if silver:
+        t = Table(title="silver")
+        for col in ("bronze version decoded", "bronze version", "last run", "mode", "at", "quarantined"):
+            t.add_column(col)
+        t.add_row(
+            str(silver["watermark"]),
+            str(silver["bronze_version"]),
+            silver["last_run"],
+            silver["last_mode"],
+            str(silver["last_at"]),
+            _flag(sum(silver["quarantined"].values())),
+        )
+        console.print(t)
     r = Table(title="last runs")
     for col in ("run", "job", "stage", "status", "started", "finished"):
         r.add_column(col)

@@ -3,24 +3,26 @@
 One run (docs/silver.md):
 
 1. **Select** the bronze rows not yet decoded: the Delta change data feed of
-   ``bronze.offsets_records`` from the version after silver's watermark (``silver.progress``) to
-   the current version. Without a watermark (first run), or when the feed cannot serve the range
-   (change data feed enabled later, files vacuumed), the whole bronze snapshot at the current
-   version is selected instead — correct, only slower, because every write below is keyed.
+   ``bronze.offsets_records`` from the version after silver's watermark (the last completed
+   ``silver.progress`` row) to the current version. Without a watermark (first run), or when the
+   feed cannot serve the range (switched on later, files vacuumed), the whole bronze snapshot of
+   the current version instead — correct, only slower, because the writes are then keyed MERGEs.
 2. **Decode** each row once (``mapInArrow`` over :func:`pipelines.silver.decode.decode_batches`)
    into a wide row, persisted, then **split** into the tables.
-3. **Write** each table with an insert-only MERGE keyed on the log position (cluster,
-   offsets_partition, record_offset[, member_index]); a re-run or a re-processed range inserts
-   nothing, a killed run leaves only unreferenced files or complete commits.
-4. **Derive** ``topic_ids`` (and topic names next to topic ids) and ``version_inventory`` by
-   recomputing them from the silver tables for the clusters/partitions the run touched, and
-   writing only the differences.
-5. **Record** the watermark: a ``silver.progress`` row with the bronze version, written last. A
-   run killed before it re-processes the same range next time, which changes nothing.
+3. **Intent**: a ``started`` progress row, before any table is written.
+4. **Write** each table keyed on the log position (cluster, offsets_partition, record_offset
+   [, member_index]): appended when the previous run completed and the rows come from the feed
+   (none of them can be in silver yet), else — after a killed run, in snapshot mode — with an
+   insert-only MERGE that skips what is already there. Killed writers leave only unreferenced
+   files or complete commits.
+5. **Derive** ``topic_ids`` (only grows), topic names next to topic ids, and
+   ``version_inventory`` (recomputed for the touched partitions, written where it differs).
+6. **Watermark**: the completed progress row with the bronze version, written last. A run killed
+   before it leaves the intent row; the next run re-processes the same bronze rows with MERGEs.
 
-``--full-refresh`` writes a ``refresh_pending`` progress row first, rebuilds every table from the
+``--full-refresh`` writes a ``refresh_pending`` progress row, rebuilds every table from the
 bronze snapshot with overwrites, then writes the watermark; a killed refresh is completed by the
-next run, whatever its flags.
+next run, whatever its flags. One silver run at a time per lakehouse.
 """
 
 from __future__ import annotations
@@ -56,7 +58,6 @@ KEY = ("cluster", "offsets_partition", "record_offset")
 MEMBER_KEY = (*KEY, "member_index")
 # the tables the decoder feeds, in write order
 DATA_TABLES = (*RECORD_TABLES[:2], MEMBER_TABLE, *RECORD_TABLES[2:])
-DERIVED_TABLES = ("topic_ids", "version_inventory")
 BRONZE = ("bronze", "offsets_records")
 CDF = "delta.enableChangeDataFeed"
 
@@ -780,6 +781,30 @@ def update_inventory(
         INVENTORY_KEY,
         changed,
     )
+
+
+# -- status ------------------------------------------------------------------------------------------
+def silver_status(spark: SparkSession, tables: Tables) -> dict[str, Any] | None:
+    """For ``offsets-lakehouse status``: the watermark against bronze, the last run, the quarantine."""
+    from pyspark.sql import functions as F
+
+    last, done = progress_state(spark, tables)
+    if last is None:
+        return None
+    bronze = _version(spark, tables.path(*BRONZE))
+    quarantine = _silver(spark, tables, "quarantine")
+    reasons = {}
+    if quarantine is not None:
+        reasons = {r["reason"]: r["n"] for r in quarantine.groupBy("reason").agg(F.count("*").alias("n")).collect()}
+    return {
+        "watermark": None if done is None else done["bronze_version"],
+        "bronze_version": bronze,
+        "last_run": last["run_id"],
+        "last_mode": last["mode"],
+        "last_at": last["committed_at"],
+        "killed": last["mode"] == "started",
+        "quarantined": reasons,
+    }
 
 
 # -- quarantine re-decoding -------------------------------------------------------------------------

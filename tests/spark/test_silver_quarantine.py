@@ -20,9 +20,14 @@ from pipelines.cli.main import cli
 from pipelines.runtime.config import DumpSource
 from pipelines.silver.ingest import redecode_quarantine, run_silver
 from tests.support.silver import read, versions
-from tests.unit.test_silver_decode import KEY_13_1, KEY_13_5, TS, VALUE_13_2, group_value_13_6, h
+from tests.unit.test_silver_decode import KEY_13_1, KEY_13_5, TOPIC_ID, TS, VALUE_13_2, VALUE_13_4, group_value_13_6, h
 
 CORRUPT = h("00 63") + VALUE_13_2[2:]  # OffsetCommit value version 99 does not exist
+KEY_13_12_TYPE_8 = h("00 08 00 03 63 67 31 00 03 6d 2d 31")
+VALUE_13_12_TYPE_8 = h(
+    "00 00 00 00 00 05 00 00 00 04 00 02 01 23 45 67 89 ab cd ef 01 23 45 67 89 ab cd ef"
+    " 03 00 00 00 00 00 00 00 01 00 01 00"
+)
 
 
 def b64(data: bytes | None) -> str | None:
@@ -52,6 +57,7 @@ def quarantined(spark, tmp_path_factory: pytest.TempPathFactory):
         (103, h("00 00"), h("00 00 00 00 00 03"), True),  # a control key needs 4 bytes
         (104, KEY_13_5, group_value_13_6(), False),
         (105, KEY_13_1, None, False),
+        (106, KEY_13_12_TYPE_8, VALUE_13_12_TYPE_8, False),  # owns partitions of topic id 0123…ef
     ]
     source = DumpSource(kind="dump", cluster="d", format="jsonl", paths=[str(dump(tmp_path / "d.jsonl", rows))])
     ingest_dump(spark, tables, "d", source, "r1", "/")
@@ -77,8 +83,10 @@ def test_corrupted_bytes_land_in_quarantine_raw_with_reason_and_position(spark, 
     [member] = read(spark, tables, "group_members").collect()
     assert member["assigned_partitions"][0]["partitions"] == [0, 3]
     # decoded + quarantined + control = bronze records
-    decoded = sum(read(spark, tables, t).count() for t in ("offset_commits", "group_metadata", "tombstones"))
-    assert decoded + len(q) == 6
+    decoded_tables = ("offset_commits", "group_metadata", "tombstones", "consumer_group_current_member_assignment")
+    assert sum(read(spark, tables, t).count() for t in decoded_tables) + len(q) == 7
+    [owned] = read(spark, tables, "consumer_group_current_member_assignment").collect()
+    assert [(p["topic_id"], p["topic"]) for p in owned["assigned_partitions"]] == [(TOPIC_ID, None)], "no name yet"
     inventory = {
         (r["record_kind"], r["record_type"], r["value_version"], r["status"]): r["records"]
         for r in read(spark, tables, "version_inventory").collect()
@@ -90,6 +98,7 @@ def test_corrupted_bytes_land_in_quarantine_raw_with_reason_and_position(spark, 
         ("control", None, None, "quarantined"): 1,
         ("data", 2, 3, "decoded"): 1,
         ("tombstone", 1, None, "decoded"): 1,
+        ("data", 8, 0, "decoded"): 1,
     }
 
 
@@ -121,6 +130,12 @@ def test_redecode_moves_what_the_decoder_reads_and_keeps_the_rest(spark, quarant
         f"sources: {{d: {{kind: dump, cluster: d, format: jsonl, paths: [{tmp_path}/d.jsonl]}}}}\n"
         "jobs: {j: {sources: [d], stages: [bronze, silver]}}\n"
     )
+    status = CliRunner().invoke(cli, ["status", "-c", str(config), "--json"], catch_exceptions=False)
+    silver = json.loads(status.stdout)["silver"]
+    assert silver["quarantined"] == {"unknown_version": 2, "truncated": 1, "bad_control_record": 1}
+    assert silver["watermark"] == silver["bronze_version"] and not silver["killed"]
+    assert any("offsets-lakehouse redecode" in n for n in json.loads(status.stdout)["notes"])
+
     out = CliRunner().invoke(cli, ["redecode", "j", "-c", str(config), "--json"], catch_exceptions=False)
     assert out.exit_code == 0, out.output
     report = json.loads(out.stdout)
@@ -138,3 +153,22 @@ def test_redecode_moves_what_the_decoder_reads_and_keeps_the_rest(spark, quarant
     v = versions(spark, tables)
     again = redecode_quarantine(spark, tables, "again")
     assert again.released == 0 and versions(spark, tables) == v, "nothing left to move: nothing written"
+
+
+def test_topic_ids_learnt_later_name_earlier_records(spark, quarantined) -> None:
+    """Offset 106 (spec 13.12) owns partitions of a topic id silver has never seen with a name. An
+    offset commit v4 arriving later (spec 13.4: topic "orders", the same id) names it."""
+    tables, _, tmp_path = quarantined
+    later = dump(tmp_path / "later.jsonl", [(107, KEY_13_1, VALUE_13_4, False)])
+    ingest_dump(
+        spark, tables, "later", DumpSource(kind="dump", cluster="d", format="jsonl", paths=[str(later)]), "r2", "/"
+    )
+    result = run_silver(spark, tables, "r2")
+    assert result.mode == "incremental" and result.bronze_rows == 1 and result.topic_names_resolved == 1
+    [owned] = read(spark, tables, "consumer_group_current_member_assignment").collect()
+    assert [(p["topic_id"], p["topic"], p["partitions"]) for p in owned["assigned_partitions"]] == [
+        (TOPIC_ID, "orders", [0, 1])
+    ]
+    assert [(r["topic_id"], r["topic_name"]) for r in read(spark, tables, "topic_ids").collect()] == [
+        (TOPIC_ID, "orders")
+    ]
