@@ -62,6 +62,34 @@ def _value(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _classic_value(row: dict[str, Any]) -> dict[str, Any]:
+    """A classic group record's value as the reference replay keeps it, from a gold row or an event."""
+    return {
+        "protocol_type": row["protocol_type"],
+        "generation": row["generation"],
+        "protocol": row["assignor"],
+        "leader": row["leader"],
+        "current_state_timestamp": row["current_state_timestamp"],
+        "members": [{}] * (row["member_count"] or 0),
+    }
+
+
+def _commit_columns(c: Committed) -> dict[str, Any]:
+    """A committed value's columns, shared by current_offsets and pending_transactions rows."""
+    v = c.value
+    return {
+        "committed_offset": v["offset"],
+        "leader_epoch": v.get("leader_epoch", -1),
+        "metadata": v["metadata"],
+        "commit_timestamp": v["commit_timestamp"],
+        "expire_timestamp": v.get("expire_timestamp", -1),
+        "topic_id": v.get("topic_id"),
+        "value_version": c.value_version,
+        "record_offset": c.record_offset,
+        "record_timestamp": c.timestamp,
+    }
+
+
 def restore(partition: int, state: PartitionState, retention_ms: int) -> Replay:
     replay = Replay(retention_ms)
     st = replay.state
@@ -83,14 +111,7 @@ def restore(partition: int, state: PartitionState, retention_ms: int) -> Replay:
         if g["deleted"]:
             continue
         if g["protocol"] == "classic":
-            value = {
-                "protocol_type": g["protocol_type"],
-                "generation": g["generation"],
-                "protocol": g["assignor"],
-                "leader": g["leader"],
-                "current_state_timestamp": g["current_state_timestamp"],
-                "members": [{}] * (g["member_count"] or 0),
-            }
+            value = _classic_value(g)
             st.records[(2, (g["group_id"],))] = (value, g["value_version"], partition, g["record_offset"])
         else:
             st.records[(3, (g["group_id"],))] = ({"epoch": g["generation"]}, 0, partition, g["record_offset"])
@@ -124,14 +145,7 @@ def _entry(partition: int, e: dict[str, Any]) -> Entry:
     if kind in (GROUP, GROUP_TOMBSTONE):
         value = None
         if kind == GROUP:
-            value = {
-                "protocol_type": e["protocol_type"],
-                "generation": e["generation"],
-                "protocol": e["assignor"],
-                "leader": e["leader"],
-                "current_state_timestamp": e["current_state_timestamp"],
-                "members": [{}] * (e["member_count"] or 0),
-            }
+            value = _classic_value(e)
         return Entry(
             partition,
             off,
@@ -189,21 +203,12 @@ def replay_partition(
         group_id, topic, part = k
         live = st.offsets.get(k)
         if live is not None:
-            v = live.value
             offsets.append(
                 {
                     "group_id": group_id,
                     "topic": topic,
                     "partition": part,
-                    "committed_offset": v["offset"],
-                    "leader_epoch": v.get("leader_epoch", -1),
-                    "metadata": v["metadata"],
-                    "commit_timestamp": v["commit_timestamp"],
-                    "expire_timestamp": v.get("expire_timestamp", -1),
-                    "topic_id": v.get("topic_id"),
-                    "value_version": live.value_version,
-                    "record_offset": live.record_offset,
-                    "record_timestamp": live.timestamp,
+                    **_commit_columns(live),
                     "state_offset": at,
                     "deleted": False,
                     "deleted_offset": None,
@@ -241,15 +246,7 @@ def replay_partition(
             "group_id": k[0],
             "topic": k[1],
             "partition": k[2],
-            "committed_offset": c.value["offset"],
-            "leader_epoch": c.value.get("leader_epoch", -1),
-            "metadata": c.value["metadata"],
-            "commit_timestamp": c.value["commit_timestamp"],
-            "expire_timestamp": c.value.get("expire_timestamp", -1),
-            "topic_id": c.value.get("topic_id"),
-            "value_version": c.value_version,
-            "record_offset": c.record_offset,
-            "record_timestamp": c.timestamp,
+            **_commit_columns(c),
         }
         for (part, pid), entries in sorted(st.pending.items())
         for k, c in sorted(entries.items())
