@@ -101,13 +101,16 @@ def partition_ends(spark: SparkSession, source: KafkaSource) -> dict[int, dict[s
             for info in infos:
                 tps.add(jvm.org.apache.kafka.common.TopicPartition(source.topic, info.partition()))
             first = committed.beginningOffsets(tps, timeout)
-            lso = committed.endOffsets(tps, timeout)
+            # high watermark first: a record appended between the two requests then makes the
+            # LSO larger, not the high watermark, so a busy partition is never reported held back
             hw = uncommitted.endOffsets(tps, timeout)
+            lso = committed.endOffsets(tps, timeout)
             for tp in tps:
+                high = int(hw.get(tp))
                 out[tp.partition()] = {
                     "earliest": int(first.get(tp)),
-                    "last_stable": int(lso.get(tp)),
-                    "high_watermark": int(hw.get(tp)),
+                    "last_stable": min(int(lso.get(tp)), high),
+                    "high_watermark": high,
                 }
         finally:
             committed.close()
