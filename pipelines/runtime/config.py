@@ -103,7 +103,19 @@ class QualitySettings(_Model):
     overrides: dict[str, Policy] = Field(default_factory=dict, description="suite or expectation -> policy")
     max_clock_skew_minutes: int = Field(10, ge=0)
     max_pending_transaction_minutes: int = Field(15, ge=0)
-    truth_snapshot: str | None = None
+    truth_snapshot: str | None = Field(None, description="truth snapshot (docs/truth-snapshot.md) gold must equal")
+
+    @field_validator("overrides")
+    @classmethod
+    def _known_targets(cls, value: dict[str, str]) -> dict[str, str]:
+        """Keys name a layer, a suite (expectations/*.yaml), ``<suite>.<expectation>`` or an
+        expectation; ``quarantine`` is refused on gold suites and on rules that cannot move rows."""
+        from pipelines.quality.suites import check_overrides
+
+        problems = check_overrides(value)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return value
 
 
 class Job(_Model):

@@ -1,0 +1,142 @@
+"""Great Expectations Core 1.x: suites built from their YAML, run on Spark DataFrames.
+
+One ephemeral GX context per process (creating it is cheap, its stores are in memory); a
+Spark data source with one DataFrame asset per suite. Validation results stay in the
+context's in-memory store for the Data Docs of the current run (cleared when the run changes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pipelines.quality.suites import ExpectationSpec, Suite, substitute
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+log = logging.getLogger("offsets_lakehouse")
+
+DATASOURCE = "offsets_lakehouse"
+RESULT_FORMAT = {"result_format": "SUMMARY", "partial_unexpected_count": 10}
+
+
+@dataclass
+class RawResult:
+    """What GX said about one expectation."""
+
+    expectation: ExpectationSpec
+    kwargs: dict[str, Any]
+    success: bool
+    result: dict[str, Any]
+    exception: str | None = None
+
+
+def expectation_class(type_name: str) -> type:
+    """``expect_column_values_to_be_between`` -> ``gx.expectations.ExpectColumnValuesToBeBetween``."""
+    import great_expectations.expectations as gxe
+
+    cls = getattr(gxe, "".join(p.capitalize() for p in type_name.split("_")), None)
+    if cls is None:
+        raise ValueError(f"not a Great Expectations expectation type: {type_name!r}")
+    return cls
+
+
+def build_suite(suite: Suite, params: dict[str, Any], names: list[str] | None = None):
+    """The GX ExpectationSuite of ``suite`` (only the expectations in ``names`` when given)."""
+    import great_expectations as gx
+
+    gx_suite = gx.ExpectationSuite(name=suite.name, meta={"version": suite.version, "description": suite.description})
+    for e in suite.expectations:
+        if names is not None and e.name not in names:
+            continue
+        kwargs = substitute(e.kwargs, params)
+        gx_suite.add_expectation(expectation_class(e.type)(**kwargs, meta={"name": e.name}))
+    return gx_suite
+
+
+class Engine:
+    """The GX context of this process."""
+
+    def __init__(self) -> None:
+        os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+        import great_expectations as gx
+
+        self.gx = gx
+        self.context = gx.get_context(mode="ephemeral")
+        self.source = self.context.data_sources.add_spark(DATASOURCE)
+        self.run_id: str | None = None
+        self._sites: set[str] = set()
+
+    def _start_run(self, run_id: str) -> None:
+        if run_id != self.run_id:
+            store = self.context.validation_results_store
+            for key in list(store.list_keys()):
+                store.remove_key(key)
+            self.run_id = run_id
+
+    def _definition(self, suite: Suite, gx_suite):
+        ctx = self.context
+        try:
+            asset = self.source.get_asset(suite.name)
+        except LookupError:
+            asset = self.source.add_dataframe_asset(suite.name)
+        try:
+            batch = asset.get_batch_definition("whole")
+        except (KeyError, LookupError):
+            batch = asset.add_batch_definition_whole_dataframe("whole")
+        saved = ctx.suites.add_or_update(gx_suite)
+        name = f"validate {suite.name}"
+        with contextlib.suppress(Exception):  # not there on first use in this process
+            ctx.validation_definitions.delete(name)
+        return ctx.validation_definitions.add(self.gx.ValidationDefinition(name=name, data=batch, suite=saved))
+
+    def validate(
+        self, suite: Suite, df: DataFrame, params: dict[str, Any], run_id: str, names: list[str] | None = None
+    ) -> list[RawResult]:
+        """Run the suite's expectations (or those in ``names``) on ``df``; one result each."""
+        self._start_run(run_id)
+        gx_suite = build_suite(suite, params, names)
+        definition = self._definition(suite, gx_suite)
+        run = self.gx.RunIdentifier(run_name=run_id, run_time=datetime.now(timezone.utc))
+        validation = definition.run(batch_parameters={"dataframe": df}, result_format=RESULT_FORMAT, run_id=run)
+        out = []
+        for r in validation.results:
+            spec = suite.expectation(r.expectation_config.meta["name"])
+            info = r.exception_info or {}
+            raised = info.get("raised_exception") if isinstance(info, dict) else None
+            message = info.get("exception_message") if raised else None
+            out.append(RawResult(spec, substitute(spec.kwargs, params), bool(r.success), dict(r.result or {}), message))
+        return out
+
+    def build_docs(self, directory: Path) -> Path:
+        """Data Docs of this run's validation results under ``directory``; returns index.html."""
+        site = f"site-{directory.name}"
+        if site not in self._sites:
+            self.context.add_data_docs_site(
+                site,
+                {
+                    "class_name": "SiteBuilder",
+                    "store_backend": {"class_name": "TupleFilesystemStoreBackend", "base_directory": str(directory)},
+                    "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+                },
+            )
+            self._sites.add(site)
+        self.context.build_data_docs(site_names=[site])
+        return directory / "index.html"
+
+
+_ENGINE: Engine | None = None
+
+
+def engine() -> Engine:
+    """The process's GX engine (created on first use)."""
+    global _ENGINE
+    if _ENGINE is None:
+        _ENGINE = Engine()
+    return _ENGINE

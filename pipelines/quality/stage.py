@@ -1,0 +1,260 @@
+"""The quality stage: the suites of some layers on the lakehouse's tables, policies applied,
+results appended to quality.results, Data Docs rebuilt for the run.
+
+Where it runs (pipelines/runner.py, docs/quality.md): with the data stages, the bronze and
+silver suites run right after silver (so rows a rule quarantines never reach gold) and the gold
+suites right after gold; alone (``offsets-lakehouse quality JOB``) every suite runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pipelines.quality.frames import Frame, Inputs, load_frame
+from pipelines.quality.results import FAILED, NOT_EVALUATED, QUARANTINED, Outcome, action_for, write_results
+from pipelines.quality.suites import LAYERS, Suite, Suites, load_suites, resolve_policy, violation_predicate
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from pipelines.quality.quarantine import Offenders
+    from pipelines.runtime.config import JobsFile, QualitySettings
+    from pipelines.runtime.tables import Tables
+    from pipelines.truth import TruthSnapshot
+
+log = logging.getLogger("offsets_lakehouse")
+
+
+@dataclass
+class QualityReport:
+    run_id: str
+    after: str | None
+    outcomes: list[Outcome] = field(default_factory=list)
+    data_docs: str | None = None
+    quarantined: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        return any(o.action == FAILED for o in self.outcomes)
+
+    def to_json(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        from pipelines.quality.results import summarize
+
+        return {
+            "run_id": self.run_id,
+            "after": self.after,
+            "status": "failed" if self.failed else "ok",
+            "suites": [asdict(s) for s in summarize(self.outcomes)],
+            "failed": [f"{o.suite}.{o.expectation}" for o in self.outcomes if o.action == FAILED],
+            "quarantined": self.quarantined,
+            "data_docs": self.data_docs,
+            "notes": self.notes,
+        }
+
+
+def params_of(settings: QualitySettings) -> dict[str, Any]:
+    """Values the suites may refer to as ``$name``."""
+    return {
+        "max_clock_skew_minutes": settings.max_clock_skew_minutes,
+        "max_pending_transaction_minutes": settings.max_pending_transaction_minutes,
+    }
+
+
+def partition_counts(config: JobsFile, sources: list[str], clusters_by_uri: dict[str, str] | None = None):
+    """cluster -> offsets_partitions of the named sources (None where unknown or ambiguous).
+    A ``cluster_from_path`` source names its clusters by path: ``clusters_by_uri`` (bronze's
+    distinct source_uri -> cluster) says which clusters it produced."""
+    import re
+
+    counts: dict[str, set[int | None]] = {}
+    for name in sources:
+        src = config.sources[name]
+        clusters = {src.cluster}
+        if getattr(src, "cluster_from_path", None) and clusters_by_uri is not None:
+            pattern = re.compile(src.cluster_from_path)
+            clusters = {c for uri, c in clusters_by_uri.items() if pattern.search(uri)}
+        for c in clusters:
+            counts.setdefault(c, set()).add(src.offsets_partitions)
+    return {c: (next(iter(v)) if len(v) == 1 else None) for c, v in counts.items()}
+
+
+def _outcome(suite: Suite, exp, policy: str, **kw: Any) -> Outcome:
+    return Outcome(
+        suite=suite.name,
+        layer=suite.layer,
+        table=suite.table,
+        expectation=exp.name,
+        expectation_type=exp.type,
+        policy=policy,
+        suite_version=suite.version,
+        column=exp.kwargs.get("column"),
+        **kw,
+    )
+
+
+def evaluate_suite(
+    suite: Suite,
+    frame: Frame,
+    params: dict[str, Any],
+    run_id: str,
+    default_policy: str = "fail",
+    overrides: dict[str, str] | None = None,
+    requirements: set[str] | None = None,
+) -> tuple[list[Outcome], list[tuple[Outcome, str]]]:
+    """GX on one frame. Returns the outcomes and, for rules whose policy is quarantine and that
+    failed, (outcome, offending-row predicate) pairs for the mover."""
+    from pipelines.quality.engine import engine
+
+    requirements = requirements or set()
+    outcomes: list[Outcome] = []
+    to_quarantine: list[tuple[Outcome, str]] = []
+    policies = {e.name: resolve_policy(suite, e, default_policy, overrides) for e in suite.expectations}
+    missing = frame.missing or (
+        f"needs {suite.requires}" if suite.requires and suite.requires not in requirements else None
+    )
+    run: list[str] = []
+    for e in suite.expectations:
+        why = missing or frame.skipped.get(e.name)
+        if why is None and e.requires and e.requires not in requirements and e.requires != "offsets_partitions":
+            why = f"needs {e.requires}"
+        if why is not None:
+            outcomes.append(
+                _outcome(
+                    suite,
+                    e,
+                    policies[e.name],
+                    evaluated=False,
+                    success=None,
+                    action=NOT_EVALUATED,
+                    details={"reason": why},
+                )
+            )
+        else:
+            run.append(e.name)
+    if not run or frame.df is None:
+        return outcomes, to_quarantine
+    for raw in engine().validate(suite, frame.df, params, run_id, run):
+        e = raw.expectation
+        r = raw.result
+        details: dict[str, Any] = {"kwargs": raw.kwargs}
+        for k in ("partial_unexpected_list", "missing_count"):
+            if k in r:
+                details[k] = r[k]
+        if e.name in frame.notes:
+            details["notes"] = frame.notes[e.name]
+        if raw.exception:
+            details["exception"] = raw.exception
+        policy = policies[e.name]
+        o = _outcome(
+            suite,
+            e,
+            policy,
+            evaluated=True,
+            success=raw.success,
+            action=action_for(raw.success, True, policy),
+            observed_value=r.get("observed_value"),
+            element_count=r.get("element_count"),
+            unexpected_count=r.get("unexpected_count"),
+            unexpected_percent=r.get("unexpected_percent"),
+            details=details,
+        )
+        outcomes.append(o)
+        if o.action == QUARANTINED:
+            to_quarantine.append((o, violation_predicate(e, raw.kwargs)))
+    order = {e.name: i for i, e in enumerate(suite.expectations)}
+    outcomes.sort(key=lambda o: order[o.expectation])
+    return outcomes, to_quarantine
+
+
+def run_quality(
+    spark: SparkSession,
+    tables: Tables,
+    run_id: str,
+    settings: QualitySettings,
+    *,
+    layers: tuple[str, ...] = LAYERS,
+    partitions: dict[str, int | None] | None = None,
+    truth: TruthSnapshot | None = None,
+    job: str | None = None,
+    after: str | None = None,
+    now_ms: int | None = None,
+    earlier: list[Outcome] | None = None,
+    suites: Suites | None = None,
+) -> QualityReport:
+    """Evaluate the suites of ``layers``; quarantine, persist results, build Data Docs."""
+    from pipelines.quality import quarantine
+
+    suites = suites or load_suites()
+    report = QualityReport(run_id, after)
+    inputs = Inputs(now_ms if now_ms is not None else int(time.time() * 1000), partitions or {}, truth)
+    params = params_of(settings)
+    requirements = {"truth_snapshot"} if truth is not None else set()
+    if "silver" in layers:
+        settled = quarantine.settle(spark, tables)  # finish a move a killed run left half done
+        if settled:
+            report.notes.append(f"finished an earlier quarantine move: {settled}")
+    offenders: list[Offenders] = []
+    counted: list[tuple[Outcome, DataFrame]] = []
+    persisted: list[DataFrame] = []
+    try:
+        for layer in layers:
+            for suite in suites.layer(layer):
+                frame = load_frame(suite.frame, spark, tables, inputs)
+                if frame.df is not None:
+                    frame.df = frame.df.persist()
+                    persisted.append(frame.df)
+                outcomes, to_q = evaluate_suite(
+                    suite, frame, params, run_id, settings.policy, dict(settings.overrides), requirements
+                )
+                report.outcomes += outcomes
+                for o, predicate in to_q:
+                    keys = quarantine.offender_keys(frame.df, suite.key, predicate)
+                    detail = f"{o.suite}.{o.expectation} ({o.expectation_type} {o.details.get('kwargs')})"
+                    reason = f"quality:{o.suite}.{o.expectation}"
+                    offenders.append(quarantine.Offenders(reason, detail, f"quality:{suite.version}", keys))
+                    counted.append((o, keys))
+        for o, keys in counted:
+            o.quarantined_rows = keys.count()
+        if offenders:
+            report.quarantined = quarantine.move(spark, tables, offenders)
+            log.warning("quality: %d records moved to silver.quarantine", report.quarantined)
+    finally:
+        for df in persisted:
+            df.unpersist()
+    write_results(spark, tables, run_id, job, after, report.outcomes)
+    report.data_docs = build_docs(tables.root, run_id, (earlier or []) + report.outcomes)
+    for o in report.outcomes:
+        if o.action in (FAILED, "warned"):
+            log.warning(
+                "quality: %s.%s %s (%s unexpected of %s, observed %s) -> %s",
+                o.suite,
+                o.expectation,
+                "failed",
+                o.unexpected_count,
+                o.element_count,
+                o.observed_value,
+                o.action,
+            )
+    return report
+
+
+def build_docs(lakehouse_root: str, run_id: str, outcomes: list[Outcome]) -> str | None:
+    from pipelines.quality.docs import add_summary, docs_root, point_latest
+    from pipelines.quality.engine import engine
+
+    root = docs_root(lakehouse_root)
+    if root is None:
+        return None
+    site = root / run_id
+    site.mkdir(parents=True, exist_ok=True)
+    index = engine().build_docs(site)
+    add_summary(index, run_id, outcomes)
+    point_latest(root, run_id)
+    return str(Path(index))
