@@ -15,7 +15,8 @@ from pipelines.runtime.config import ConfigError, JobsFile, load, resolve_root
 
 log = logging.getLogger("offsets_lakehouse")
 
-AVAILABLE_STAGES = ("bronze", "silver", "gold")  # quality arrives with its milestone
+AVAILABLE_STAGES = ("bronze", "silver", "gold", "quality")
+QUALITY_FAILED = "quality_failed"
 
 
 class StageUnavailable(ConfigError):
@@ -35,10 +36,15 @@ class RunReport:
     run_id: str
     job: str
     stages: list[StageReport] = field(default_factory=list)
+    quality_outcomes: list[Any] = field(default_factory=list)  # this run's, for its Data Docs
 
     @property
     def status(self) -> str:
-        return "failed" if any(s.status != "ok" for s in self.stages) else "ok"
+        """ok, failed, or quality_failed (a rule with policy fail: exit code 3)."""
+        statuses = {s.status for s in self.stages}
+        if statuses - {"ok", QUALITY_FAILED}:
+            return "failed"
+        return QUALITY_FAILED if QUALITY_FAILED in statuses else "ok"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -104,7 +110,12 @@ def run_job(ctx: Context, job_name: str, stages: list[str] | None = None, full_r
     if full_refresh:
         log.info("full refresh requested: silver and gold are rebuilt from bronze; bronze is never rewritten")
     report = RunReport(f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}", job_name)
-    for stage in wanted:
+    data_stages = [s for s in wanted if s != "quality"]
+    checks = quality_checkpoints(data_stages) if "quality" in wanted else {}
+    if "quality" in wanted and not data_stages:
+        _quality(ctx, job_name, report, None)
+        return report
+    for stage in data_stages:
         started = datetime.now(timezone.utc)
         t0 = time.monotonic()
         sr = StageReport(stage)
@@ -124,6 +135,102 @@ def run_job(ctx: Context, job_name: str, stages: list[str] | None = None, full_r
         sr.seconds = time.monotonic() - t0
         report.stages.append(sr)
         _record(ctx, report, sr, started)
+        if stage in checks and not _quality(ctx, job_name, report, stage, checks[stage]):
+            log.error("quality: a rule with policy fail failed after %s: the run stops here (exit code 3)", stage)
+            break
+    return report
+
+
+def quality_checkpoints(data_stages: list[str]) -> dict[str, tuple[str, ...]]:
+    """After which data stage the suites of which layers run (docs/quality.md): a layer's suites
+    right after its stage, except bronze's, which wait for silver when the job has it — bronze
+    rows a rule quarantines are moved as silver rows, before gold reads them."""
+    out: dict[str, tuple[str, ...]] = {}
+    waiting: list[str] = []
+    for stage in data_stages:
+        waiting.append(stage)
+        if stage == "bronze" and "silver" in data_stages[data_stages.index(stage) :]:
+            continue
+        out[stage] = tuple(waiting)
+        waiting = []
+    return out
+
+
+def _quality(
+    ctx: Context, job_name: str | None, report: RunReport, after: str | None, layers: tuple[str, ...] | None = None
+) -> bool:
+    """Run the suites of ``layers`` (all without), recorded as a quality stage; False when a
+    rule with policy fail failed."""
+    from pipelines.quality.stage import run_quality
+    from pipelines.quality.suites import LAYERS
+    from pipelines.runtime.config import QualitySettings
+
+    started = datetime.now(timezone.utc)
+    t0 = time.monotonic()
+    sr = StageReport("quality")
+    job = ctx.config.jobs.get(job_name) if job_name else None
+    settings = job.quality if job else QualitySettings()
+    sources = job.sources if job else list(ctx.config.sources)
+    try:
+        log.info("quality: %s suites%s", "/".join(layers or LAYERS), f" after {after}" if after else "")
+        result = run_quality(
+            ctx.spark,
+            ctx.tables,
+            report.run_id,
+            settings,
+            layers=layers or LAYERS,
+            partitions=_partition_counts(ctx, sources),
+            truth=_truth(ctx, settings.truth_snapshot),
+            job=job_name,
+            after=after,
+            earlier=report.quality_outcomes,
+        )
+        report.quality_outcomes += result.outcomes
+        sr.details = [result.to_json()]
+        sr.status = QUALITY_FAILED if result.failed else "ok"
+    except Exception:
+        sr.status = "failed"
+        raise
+    finally:
+        sr.seconds = time.monotonic() - t0
+        report.stages.append(sr)
+        _record(ctx, report, sr, started)
+    return sr.status == "ok"
+
+
+def _partition_counts(ctx: Context, sources: list[str]) -> dict[str, int | None]:
+    from delta.tables import DeltaTable
+
+    from pipelines.quality.stage import partition_counts
+
+    by_uri = None
+    if any(getattr(ctx.config.sources[s], "cluster_from_path", None) for s in sources):
+        path = ctx.tables.path("bronze", "offsets_records")
+        if DeltaTable.isDeltaTable(ctx.spark, path):
+            rows = ctx.spark.read.format("delta").load(path).select("source_uri", "cluster").distinct().collect()
+            by_uri = {r["source_uri"]: r["cluster"] for r in rows}
+    return partition_counts(ctx.config, sources, by_uri)
+
+
+def _truth(ctx: Context, path: str | None):
+    if path is None:
+        return None
+    from pipelines.truth import load as load_truth
+
+    p = Path(path)
+    p = p if p.is_absolute() else ctx.base_dir / p
+    if not p.exists():
+        raise ConfigError(f"{ctx.config_path}: quality.truth_snapshot: no such file: {p}")
+    return load_truth(p)
+
+
+def quality_job(ctx: Context, job_name: str | None) -> RunReport:
+    """``offsets-lakehouse quality [JOB]``: every suite on the tables as they are. Without a job:
+    the default policies, and partition counts from every source in jobs.yaml."""
+    if job_name is not None and job_name not in ctx.config.jobs:
+        raise ConfigError(f"{ctx.config_path}: jobs.{job_name}: no such job (known: {sorted(ctx.config.jobs)})")
+    report = RunReport(f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}", job_name or "-")
+    _quality(ctx, job_name, report, None)
     return report
 
 

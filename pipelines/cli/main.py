@@ -241,13 +241,68 @@ def run(
         _fail(exc, EXIT_CONFIG, verbose)
     except Exception as exc:
         _fail(exc, EXIT_FAILURE, verbose)
+    _exit_with(report, as_json)
+
+
+def _exit_with(report, as_json: bool) -> None:
+    """Print a run report; exit 0 ok, 3 when a quality rule with policy fail failed, else 1."""
     if as_json:
         click.echo(json.dumps(report.to_json(), default=str))
     else:
         from pipelines.cli.render import render_run
 
         render_run(report)
-    sys.exit(EXIT_OK if report.status == "ok" else EXIT_FAILURE)
+    codes = {"ok": EXIT_OK, "quality_failed": EXIT_QUALITY}
+    sys.exit(codes.get(report.status, EXIT_FAILURE))
+
+
+@cli.command()
+@click.argument("job", required=False)
+@_config_option
+@click.option("--run", "run_id", help="quality report: the run to show (default: the latest).")
+@click.option("--master", help="Spark master URL (overrides jobs.yaml).")
+@click.option("--json", "as_json", is_flag=True, help="Print the run report (or the quality report) as JSON.")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@_verbose_option
+def quality(
+    job: str | None,
+    config_path: Path,
+    run_id: str | None,
+    master: str | None,
+    as_json: bool,
+    log_format: str,
+    verbose: bool,
+) -> None:
+    """Run the quality suites on the tables as they are (JOB's policies), or `quality report`.
+
+    `quality report [--run RUN_ID]` prints suite, evaluated, passed, failed, status and where the
+    Data Docs are. Exit 0 ok, 1 failure, 2 configuration, 3 a rule with policy fail failed.
+    """
+    from pipelines.runner import Context, quality_job
+    from pipelines.runtime.config import ConfigError
+
+    _setup_logging(verbose, log_format)
+    if job == "report":
+        from pipelines.quality.report import load_report, render_text
+
+        try:
+            ctx = Context(config_path, master)
+            doc = load_report(ctx.spark, ctx.tables, run_id)
+        except ConfigError as exc:
+            _fail(exc, EXIT_CONFIG, verbose)
+        except Exception as exc:
+            _fail(exc, EXIT_FAILURE, verbose)
+        click.echo(json.dumps(doc, default=str) if as_json else render_text(doc), nl=as_json)
+        return
+    if run_id:
+        raise click.UsageError("--run is for `quality report`")
+    try:
+        report = quality_job(Context(config_path, master), job)
+    except ConfigError as exc:
+        _fail(exc, EXIT_CONFIG, verbose)
+    except Exception as exc:
+        _fail(exc, EXIT_FAILURE, verbose)
+    _exit_with(report, as_json)
 
 
 @cli.command()

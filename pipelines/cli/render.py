@@ -82,6 +82,19 @@ def render_run(report: Any) -> None:
         if not s.details:
             table.add_row(s.stage, s.status, f"{s.seconds:.1f}", "", "", "", "", "")
         for d in s.details:
+            if "suites" in d:  # quality: suites evaluated, rules failed, records quarantined
+                failed = sum(x["failed"] for x in d["suites"])
+                table.add_row(
+                    s.stage,
+                    s.status,
+                    f"{s.seconds:.1f}",
+                    f"quality ({'after ' + d['after'] if d.get('after') else 'all suites'})",
+                    f"{len(d['suites'])} suites",
+                    f"{sum(x['passed'] for x in d['suites'])} passed",
+                    f"{_flag(failed)} failed",
+                    f"{_flag(d.get('quarantined', 0))} quarantined",
+                )
+                continue
             if "mode" in d:  # silver: bronze rows decoded, rows added to the silver tables
                 table.add_row(
                     s.stage,
@@ -114,6 +127,10 @@ def render_run(report: Any) -> None:
                 )
             for note in d.get("notes", []):
                 console.print(f"[yellow]note[/] {note}")
+            for rule in d.get("failed", []):
+                console.print(f"[red]quality rule failed[/] {rule} (policy fail)")
+            if d.get("data_docs"):
+                console.print(f"Data Docs: {d['data_docs']}")
 
 
 def render_status(doc: dict[str, Any]) -> None:

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("offsets_lakehouse")
 
 DATASOURCE = "offsets_lakehouse"
-RESULT_FORMAT = {"result_format": "SUMMARY", "partial_unexpected_count": 10}
+RESULT_FORMAT = {"result_format": "BASIC", "partial_unexpected_count": 10}
 
 
 @dataclass

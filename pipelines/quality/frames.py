@@ -82,17 +82,18 @@ def group_partitions(spark: SparkSession, pairs: list[tuple[str, str]], partitio
     return spark.createDataFrame(rows, "cluster string, group_id string, expected_partition int")
 
 
-def silver_offset_commits(commits: DataFrame, partitions: dict[str, int | None], now_ms: int) -> Frame:
+def with_partition_rule(records: DataFrame, partitions: dict[str, int | None]) -> Frame:
+    """``records`` plus ``offsets_partition_matches_group``: offsets_partition = partition_for(group_id,
+    N) where the cluster's N is known, else null; the rule is skipped when no N is known."""
     from pyspark.sql import functions as F
 
-    pairs = [(r[0], r[1]) for r in commits.select("cluster", "group_id").distinct().collect()]
+    pairs = [(r[0], r[1]) for r in records.select("cluster", "group_id").distinct().collect()]
     clusters = sorted({c for c, _ in pairs})
     known = [c for c in clusters if partitions.get(c)]
     unknown = [c for c in clusters if not partitions.get(c)]
-    expected = group_partitions(commits.sparkSession, pairs, partitions)
-    df = commits.join(expected, ["cluster", "group_id"], "left").select(
-        *commits.columns,
-        ((F.col("commit_timestamp") - F.lit(now_ms)) / 60000.0).alias("commit_minutes_ahead_of_clock"),
+    expected = group_partitions(records.sparkSession, pairs, partitions)
+    df = records.join(expected, ["cluster", "group_id"], "left").select(
+        *records.columns,
         F.when(
             F.col("expected_partition").isNotNull(), F.col("offsets_partition") == F.col("expected_partition")
         ).alias("offsets_partition_matches_group"),
@@ -107,6 +108,13 @@ def silver_offset_commits(commits: DataFrame, partitions: dict[str, int | None],
     elif unknown:
         frame.notes[rule] = {"evaluated_clusters": known, "not_evaluated_clusters": unknown}
     return frame
+
+
+def silver_offset_commits(commits: DataFrame, partitions: dict[str, int | None], now_ms: int) -> Frame:
+    from pyspark.sql import functions as F
+
+    ahead = ((F.col("commit_timestamp") - F.lit(now_ms)) / 60000.0).alias("commit_minutes_ahead_of_clock")
+    return with_partition_rule(commits.select("*", ahead), partitions)
 
 
 def silver_quarantine(bronze: DataFrame, quarantine: DataFrame | None) -> DataFrame:
@@ -278,6 +286,8 @@ def load_frame(name: str, spark: SparkSession, tables: Tables, inputs: Inputs) -
         return Frame(None, missing=f"no {name} table (nothing of that kind ingested yet)")
     if name == "silver.offset_commits":
         return silver_offset_commits(df, inputs.partitions, inputs.now_ms)
+    if name == "silver.group_metadata":
+        return with_partition_rule(df, inputs.partitions)
     if name == "gold.current_offsets":
         return Frame(gold_current_offsets(df))
     if name == "gold.pending_transactions":

@@ -88,7 +88,7 @@ def test_silver_offset_commits_rules(spark, suites) -> None:
         ("c1", 3, 2, "g", -1, ok),  # -1 is Kafka's "no offset": fine
         ("c1", 47, 3, "a", 0, ok),  # "a" -> 97 % 50 = 47
         ("c1", 5, 4, "g", 7, ok),  # wrong offsets partition
-        ("c1", 0, 5, "", 7, ok),  # empty group id ("" hashes to 0)
+        ("c1", 0, 5, "", 7, ok),  # empty group id: valid for commits ("" hashes to 0)
         ("c1", 3, 6, "g", 8, NOW + 11 * MIN),  # 11 minutes ahead of the clock: beyond the 10 allowed
         ("c1", 3, 7, "g", 9, NOW + 9 * MIN),  # within the skew
         ("c2", 9, 0, "g", 1, ok),  # c2's partition count is unknown
@@ -99,13 +99,28 @@ def test_silver_offset_commits_rules(spark, suites) -> None:
     assert counts(out) == {
         "committed_offset_at_least_minus_one": (False, 1),
         "group_id_not_null": (True, 0),
-        "group_id_not_empty": (False, 1),
         "commit_timestamp_not_in_future": (False, 1),
         "offsets_partition_matches_group": (False, 1),
     }
     rule = out["offsets_partition_matches_group"]
     assert rule.details["notes"] == {"evaluated_clusters": ["c1"], "not_evaluated_clusters": ["c2"]}
     assert rule.details["missing_count"] == 1  # the c2 row was not judged
+
+    groups = spark.createDataFrame(
+        [
+            ("c1", 3, 0, "g", 1),
+            ("c1", 0, 1, "", 0),  # an empty group id in a group record
+            ("c1", 4, 2, "g", 2),  # wrong offsets partition
+            ("c1", 3, 3, "g", -1),  # negative generation
+        ],
+        "cluster string, offsets_partition int, record_offset bigint, group_id string, generation int",
+    )
+    out, _ = run(suites, "silver.group_metadata", frames.with_partition_rule(groups, {"c1": 50}))
+    assert counts(out) == {
+        "group_id_not_empty": (False, 1),
+        "generation_not_negative": (False, 1),
+        "offsets_partition_matches_group": (False, 1),
+    }
 
     # no count known at all: reported as not evaluated, never as passed (GX is not even asked)
     frame = frames.silver_offset_commits(commits, {}, NOW)

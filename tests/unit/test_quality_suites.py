@@ -24,6 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 REQUIRED_SUITES = {
     "bronze.offsets_records",
     "silver.offset_commits",
+    "silver.group_metadata",
     "silver.transaction_markers",
     "silver.quarantine",
     "gold.current_offsets",
