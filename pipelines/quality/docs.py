@@ -15,6 +15,7 @@ from pathlib import Path
 from pipelines.quality.results import Outcome, summarize
 
 SUMMARY_ID = "offsets-lakehouse-quality-summary"
+_COLOURS = {"ok": "#d4edda", "warn": "#fff3cd", "failed": "#f8d7da"}
 
 
 def docs_root(lakehouse_root: str) -> Path | None:
@@ -43,10 +44,11 @@ def summary_html(run_id: str, outcomes: list[Outcome], pages: dict[str, str]) ->
         cell = f'<a href="{html.escape(link)}">{name}</a>' if link else name
         rows.append(
             f'<tr data-suite="{name}" data-status="{s.status}"><td>{cell}</td><td>{s.evaluated}</td>'
-            f"<td>{s.passed}</td><td>{s.failed}</td><td>{s.not_evaluated}</td><td>{s.status}</td></tr>"
+            f"<td>{s.passed}</td><td>{s.failed}</td><td>{s.not_evaluated}</td>"
+            f'<td style="background:{_COLOURS.get(s.status, "#e2e3e5")}">{s.status}</td></tr>'
         )
     return (
-        f'<section id="{SUMMARY_ID}" style="margin:1em 2em">'
+        f'<section id="{SUMMARY_ID}" style="margin:1em 2em;font-family:sans-serif">'
         f"<h2>Quality run {html.escape(run_id)}</h2>"
         '<table class="table table-sm" border="1" cellpadding="4">'
         "<thead><tr><th>suite</th><th>evaluated</th><th>passed</th><th>failed</th><th>not evaluated</th>"
