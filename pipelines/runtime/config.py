@@ -110,6 +110,8 @@ class QualitySettings(_Model):
     def _known_targets(cls, value: dict[str, str]) -> dict[str, str]:
         """Keys name a layer, a suite (expectations/*.yaml), ``<suite>.<expectation>`` or an
         expectation; ``quarantine`` is refused on gold suites and on rules that cannot move rows."""
+        if not value:
+            return value
         from pipelines.quality.suites import check_overrides
 
         problems = check_overrides(value)
