@@ -267,7 +267,13 @@ def _gold(ctx: Context, run_id: str, full_refresh: bool) -> list[dict[str, Any]]
     from pipelines.gold.build import run_gold
 
     log.info("gold: replaying new silver events per offsets partition%s", " (full refresh)" if full_refresh else "")
-    result = run_gold(ctx.spark, ctx.tables, run_id, full_refresh)
+    result = run_gold(
+        ctx.spark,
+        ctx.tables,
+        run_id,
+        full_refresh,
+        soft_delete_retention_days=ctx.config.gold.soft_delete_retention_days,
+    )
     log.info(
         "gold: %d events, %d partitions incremental, %d recomputed; %d offset rows, %d pending, %d group rows",
         result.events,

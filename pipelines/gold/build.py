@@ -26,6 +26,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pipelines.gold.groups import run_groups
 from pipelines.reference.replay import DEFAULT_RETENTION_MS
 from pipelines.runtime import faults
 
@@ -57,6 +58,8 @@ class GoldResult:
     pending_rows: int = 0
     group_rows: int = 0
     recomputed: list[str] = field(default_factory=list)
+    derived_rows: dict[str, int] = field(default_factory=dict)  # group tables recomputed this run
+    purged: int = 0  # soft-deleted current_offsets rows past their retention, removed
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -228,7 +231,7 @@ def _replay_groups(retention_ms: int):
         rows.sort(key=lambda e: e["record_offset"])
         res = replay_partition(part, ps, rows, retention_ms)
         out = [("offset", r) for r in res.offsets] + [("pending", r) for r in res.pending]
-        out += [("group", r) for r in res.groups]
+        out += [("group", r) for r in res.groups] + [("history", r) for r in res.history]
         return pa.table(
             {
                 "cluster": [cluster] * len(out),
@@ -287,6 +290,7 @@ def run_gold(
     run_id: str,
     full_refresh: bool = False,
     retention_ms: int = DEFAULT_RETENTION_MS,
+    soft_delete_retention_days: float | None = None,
 ) -> GoldResult:
     from pyspark.sql import functions as F
 
@@ -351,6 +355,11 @@ def run_gold(
         )
         groups = rows("group", "current_groups")
         _merge(spark, tables, "current_groups", groups, [*PART, "group_id", "protocol"], plan, False)
+        history = rows("history", "offset_history").drop("recomputed")
+        _merge_history(spark, tables, history, plan, run_id)
+        result.derived_rows = run_groups(spark, tables, plan, run_id)
+        if soft_delete_retention_days is not None:
+            result.purged = _purge_deleted(spark, tables, todo, soft_delete_retention_days)
         result.offsets_rows = offsets.count()
         result.pending_rows = pending.count()
         result.group_rows = groups.count()
@@ -359,6 +368,85 @@ def run_gold(
     finally:
         events.unpersist()
     return result
+
+
+def _merge_history(
+    spark: SparkSession, tables: Tables, history: DataFrame, plan: list[dict[str, Any]], run_id: str
+) -> None:
+    """MERGE offset_history (SCD type 2). A replay emits every state a key took in its events, each
+    closed by the next; the interval that was open before an incremental run is closed here, by the
+    key's first new state. Recomputed partitions are replaced whole."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    key = [*PART, "group_id", "topic", "partition"]
+    target = DeltaTable.forPath(spark, tables.path("gold", "offset_history"))
+    incremental = [(p["cluster"], p["offsets_partition"]) for p in plan if p["mode"] != "full"]
+    first = Window.partitionBy(*key).orderBy("valid_from_offset")
+    closers = None
+    if incremental:
+        inc = spark.createDataFrame(incremental, "cluster string, offsets_partition int")
+        opening = (
+            history.join(F.broadcast(inc), list(PART), "left_semi")
+            .withColumn("n", F.row_number().over(first))
+            .where("n = 1")
+            .select(*key, F.col("valid_from_offset").alias("to_offset"), F.col("valid_from_timestamp").alias("to_ts"))
+        )
+        closers = (
+            target.toDF()
+            .where("valid_to_offset IS NULL")
+            .join(opening, key)
+            .where(F.col("valid_from_offset") < F.col("to_offset"))
+            .select(
+                *key,
+                "valid_from_offset",
+                F.col("to_offset").alias("valid_to_offset"),
+                F.col("to_ts").alias("valid_to_timestamp"),
+                F.lit(run_id).alias("updated_run_id"),
+            )
+        )
+    source = history.withColumn("closer", F.lit(False))
+    if closers is not None:
+        source = source.unionByName(closers.withColumn("closer", F.lit(True)), allowMissingColumns=True)
+    columns = [c.name for c in tables.spec("gold", "offset_history").columns]
+    recomputed = [p for p in plan if p["mode"] == "full"]
+    drop = " OR ".join(
+        f"(t.cluster = '{p['cluster']}' AND t.offsets_partition = {p['offsets_partition']})" for p in recomputed
+    )
+    (
+        target.alias("t")
+        .merge(source.alias("s"), " AND ".join(f"t.{k} = s.{k}" for k in [*key, "valid_from_offset"]))
+        .whenMatchedUpdate(
+            "s.closer",
+            set={c: f"s.{c}" for c in ("valid_to_offset", "valid_to_timestamp", "updated_run_id")},
+        )
+        .whenMatchedUpdate("NOT s.closer", set={c: f"s.{c}" for c in columns})
+        .whenNotMatchedInsert("NOT s.closer", values={c: f"s.{c}" for c in columns})
+        .whenNotMatchedBySourceDelete(drop or "false")
+        .execute()
+    )
+
+
+def _purge_deleted(spark: SparkSession, tables: Tables, events: DataFrame, days: float) -> int:
+    """Remove soft-deleted current_offsets rows deleted more than ``days`` before the latest event
+    of their partition (log time, so replaying old files purges like the live cluster would). Safe:
+    silver keeps the tombstone, and any event at or below a partition's applied offset makes the
+    next run recompute it from all of silver, so a purged key cannot come back to life."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    now = events.groupBy(*PART).agg(F.max("timestamp_ms").alias("log_now"))
+    cutoff = int(days * 86_400_000)
+    target = DeltaTable.forPath(spark, tables.path("gold", "current_offsets"))
+    (
+        target.alias("t")
+        .merge(now.alias("s"), "t.cluster = s.cluster AND t.offsets_partition = s.offsets_partition AND t.deleted")
+        .whenMatchedDelete(f"t.deleted_timestamp < s.log_now - {cutoff}")
+        .execute()
+    )
+    metrics = target.history(1).collect()[0]["operationMetrics"] or {}
+    return int(metrics.get("numTargetRowsDeleted", 0))
 
 
 def _upsert_progress(

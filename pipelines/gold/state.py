@@ -49,6 +49,7 @@ class PartitionResult:
     groups: list[dict[str, Any]]  # changed current_groups rows
     applied_offset: int | None
     events: int
+    history: list[dict[str, Any]] = field(default_factory=list)  # offset_history rows, one per change
 
 
 def _value(row: dict[str, Any]) -> dict[str, Any]:
@@ -171,6 +172,45 @@ def _entry(partition: int, e: dict[str, Any]) -> Entry:
     )
 
 
+def _offset_row(st: Any, k: OKey, at: int) -> dict[str, Any]:
+    """The current_offsets row of key ``k`` in replay state ``st``; ``at``: the position of the change."""
+    group_id, topic, part = k
+    live = st.offsets.get(k)
+    if live is not None:
+        return {
+            "group_id": group_id,
+            "topic": topic,
+            "partition": part,
+            **_commit_columns(live),
+            "state_offset": at,
+            "deleted": False,
+            "deleted_offset": None,
+            "deleted_timestamp": None,
+            "delete_cause": None,
+        }
+    d = st.deleted_offsets[k]
+    last_value = d.last_value or {}
+    return {
+        "group_id": group_id,
+        "topic": topic,
+        "partition": part,
+        "committed_offset": last_value.get("offset"),
+        "leader_epoch": last_value.get("leader_epoch"),
+        "metadata": last_value.get("metadata"),
+        "commit_timestamp": last_value.get("commit_timestamp"),
+        "expire_timestamp": last_value.get("expire_timestamp"),
+        "topic_id": last_value.get("topic_id"),
+        "value_version": None,
+        "record_offset": None,
+        "record_timestamp": None,
+        "state_offset": at,
+        "deleted": True,
+        "deleted_offset": d.record_offset,
+        "deleted_timestamp": d.timestamp,
+        "delete_cause": d.cause,
+    }
+
+
 def replay_partition(
     partition: int, state: PartitionState, events: Iterable[dict[str, Any]], retention_ms: int
 ) -> PartitionResult:
@@ -178,6 +218,8 @@ def replay_partition(
     replay = restore(partition, state, retention_ms)
     st = replay.state
     changed_at: dict[OKey, int] = {}
+    # every state a key took in this run, in log order: (position, log time, row) -> offset_history
+    history_changes: dict[OKey, list[tuple[int, int, dict[str, Any]]]] = {}
     groups_changed: dict[tuple[int, str], int] = {}
     n = 0
     for _, batch_events in groupby(events, key=lambda e: e["batch_id"]):
@@ -195,51 +237,22 @@ def replay_partition(
         for k in affected:
             if (st.offsets.get(k), st.deleted_offsets.get(k)) != before[k]:
                 changed_at[k] = last
+                history_changes.setdefault(k, []).append((last, batch[-1].timestamp, _offset_row(st, k, last)))
         for e in batch:
             if e.record_type in (2, 3) and not e.is_control:
                 groups_changed[(e.record_type, e.key["group" if e.record_type == 2 else "group_id"])] = e.offset  # type: ignore[index]
-    offsets = []
-    for k, at in sorted(changed_at.items()):
-        group_id, topic, part = k
-        live = st.offsets.get(k)
-        if live is not None:
-            offsets.append(
-                {
-                    "group_id": group_id,
-                    "topic": topic,
-                    "partition": part,
-                    **_commit_columns(live),
-                    "state_offset": at,
-                    "deleted": False,
-                    "deleted_offset": None,
-                    "deleted_timestamp": None,
-                    "delete_cause": None,
-                }
-            )
-            continue
-        d = st.deleted_offsets[k]
-        last_value = d.last_value or {}
-        offsets.append(
-            {
-                "group_id": group_id,
-                "topic": topic,
-                "partition": part,
-                "committed_offset": last_value.get("offset"),
-                "leader_epoch": last_value.get("leader_epoch"),
-                "metadata": last_value.get("metadata"),
-                "commit_timestamp": last_value.get("commit_timestamp"),
-                "expire_timestamp": last_value.get("expire_timestamp"),
-                "topic_id": last_value.get("topic_id"),
-                "value_version": None,
-                "record_offset": None,
-                "record_timestamp": None,
-                "state_offset": at,
-                "deleted": True,
-                "deleted_offset": d.record_offset,
-                "deleted_timestamp": d.timestamp,
-                "delete_cause": d.cause,
-            }
-        )
+    offsets = [_offset_row(st, k, at) for k, at in sorted(changed_at.items())]
+    history = [
+        {
+            **row,
+            "valid_from_offset": at,
+            "valid_from_timestamp": ts,
+            "valid_to_offset": nxt_at,
+            "valid_to_timestamp": nxt_ts,
+        }
+        for k, changes in sorted(history_changes.items())
+        for (at, ts, row), (nxt_at, nxt_ts, _) in zip(changes, [*changes[1:], (None, None, None)], strict=True)
+    ]
     pending = [
         {
             "producer_id": pid,
@@ -290,4 +303,4 @@ def replay_partition(
                 "record_offset": record_offset,
             }
         )
-    return PartitionResult(offsets, pending, groups, st.applied.get(partition), n)
+    return PartitionResult(offsets, pending, groups, st.applied.get(partition), n, history)

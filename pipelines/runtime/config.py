@@ -134,9 +134,18 @@ class Job(_Model):
         return value
 
 
+class GoldSettings(_Model):
+    soft_delete_retention_days: float | None = Field(
+        30,
+        ge=0,
+        description="keep soft-deleted current_offsets rows this many days of log time; null: forever",
+    )
+
+
 class JobsFile(_Model):
     lakehouse: Lakehouse
     spark: SparkSettings = SparkSettings()
+    gold: GoldSettings = GoldSettings()
     sources: dict[str, Source]
     jobs: dict[str, Job]
 

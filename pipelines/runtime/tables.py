@@ -152,7 +152,8 @@ class Tables:
         return names
 
     def _view_sql(self, view: ViewSpec) -> str:
-        refs = {t: self.name(view.layer, t) for t in self.specs.get(view.layer, {})}
+        names = [*self.specs.get(view.layer, {}), *(v.name for v in load_views() if v.layer == view.layer)]
+        refs = {t: self.name(view.layer, t) for t in names}
         name = self.name(view.layer, view.name)
         return f"CREATE OR REPLACE VIEW {name} COMMENT {_sql_str(view.comment)} AS {view.sql.format(**refs)}"
 
@@ -164,7 +165,7 @@ class Tables:
             if view.layer != layer:
                 continue
             refs = re.findall(r"{(\w+)}", view.sql)
-            if all(self.name(layer, r) in existing for r in refs):
+            if all(self.name(layer, r) in existing + out for r in refs):  # views may build on earlier views
                 self.spark.sql(self._view_sql(view))
                 out.append(self.name(layer, view.name))
         return out

@@ -17,9 +17,11 @@ def spark() -> Iterator:
         SparkSettings(
             master="local[2]",
             conf={
-                "spark.sql.shuffle.partitions": "4",
+                "spark.sql.shuffle.partitions": "2",
                 "spark.ui.enabled": "false",
-                "spark.default.parallelism": "4",
+                "spark.default.parallelism": "2",
+                # Delta rebuilds table state with 50 tasks by default: a lot of overhead on tiny tables
+                "spark.databricks.delta.snapshotPartitions": "2",
             },
         )
     )
