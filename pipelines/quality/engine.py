@@ -68,7 +68,11 @@ class Engine:
         import great_expectations as gx
 
         self.gx = gx
+        from great_expectations.data_context.types.base import ProgressBarsConfig
+
         self.context = gx.get_context(mode="ephemeral")
+        # no per-metric progress bars on stderr: the stage logs what it validates
+        self.context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
         self.source = self.context.data_sources.add_spark(DATASOURCE)
         self.run_id: str | None = None
         self._sites: set[str] = set()

@@ -127,57 +127,124 @@ def test_clean_generated_data_passes_every_suite(lakehouse) -> None:
     assert "gold.truth_snapshot" in index.read_text()
 
 
-def test_policies_quarantine_warn_and_fail(lakehouse) -> None:
+def test_policies_warn_fail_and_quarantine(lakehouse) -> None:
     ctx, _, _, _ = lakehouse
     spark, tables = ctx.spark, ctx.tables
     commits = tables.path("silver", "offset_commits")
+    bronze = tables.path("bronze", "offsets_records")
+    quarantine = tables.path("silver", "quarantine")
     victim = spark.sql(
         f"SELECT offsets_partition, record_offset FROM delta.`{commits}` WHERE cluster = 'gen' "
-        "ORDER BY offsets_partition, record_offset LIMIT 2"
+        "ORDER BY offsets_partition, record_offset LIMIT 3"
     ).collect()
-    (p1, o1), (p2, o2) = (tuple(r) for r in victim)
+    (p1, o1), (p2, o2), (p3, o3) = (tuple(r) for r in victim)
+    where = "WHERE cluster = 'gen' AND offsets_partition = {} AND record_offset = {}"
+    spark.sql(f"UPDATE delta.`{commits}` SET committed_offset = -5 {where.format(p1, o1)}")
     spark.sql(
-        f"UPDATE delta.`{commits}` SET committed_offset = -5 WHERE cluster = 'gen' AND record_offset = {o1} "
-        f"AND offsets_partition = {p1}"
+        f"UPDATE delta.`{commits}` SET commit_timestamp = unix_millis(current_timestamp()) + 3600000 "
+        + where.format(p2, o2)
     )
+    # a bronze key blanked by hand: the silver row that decoded from it is a bronze rule's offender
+    spark.sql(f"UPDATE delta.`{bronze}` SET key = NULL WHERE cluster = 'gen' AND partition = {p3} AND offset = {o3}")
     suites = load_suites()
-    only = Suites({"silver.offset_commits": suites["silver.offset_commits"]})
-    rule = "silver.offset_commits.committed_offset_at_least_minus_one"
+    commit_rules = Suites({"silver.offset_commits": suites["silver.offset_commits"]})
+    negative = "silver.offset_commits.committed_offset_at_least_minus_one"
+    future = "silver.offset_commits.commit_timestamp_not_in_future"
+    no_key = "bronze.offsets_records.key_on_data_records"
 
-    # warn: reported, nothing moves, the run goes on
-    warn = run_quality(spark, tables, "policy-warn", QualitySettings(policy="warn"), layers=("silver",), suites=only)
-    o = {x.expectation: x for x in warn.outcomes}["committed_offset_at_least_minus_one"]
-    assert (o.success, o.unexpected_count, o.action, warn.failed) == (False, 1, "warned", False)
+    # warn: reported, nothing moves; fail: the run fails (the runner then stops there with
+    # quality_failed, exit code 3: tests/unit/test_quality_runner.py); both in the results table
+    settings = QualitySettings(overrides={negative: "warn"})
+    run = run_quality(spark, tables, "policy-warn-fail", settings, layers=("silver",), suites=commit_rules)
+    got = {(o.expectation, o.unexpected_count, o.action) for o in run.outcomes if o.evaluated and not o.success}
+    assert got == {
+        ("committed_offset_at_least_minus_one", 1, "warned"),
+        ("commit_timestamp_not_in_future", 1, "failed"),
+    }
+    assert run.failed and run.to_json()["failed"] == [future] and run.quarantined == 0
+    rows = spark.read.format("delta").load(tables.path("quality", "results")).where("run_id = 'policy-warn-fail'")
+    assert {(r["expectation"], r["action"]) for r in rows.collect() if r["evaluated"] and not r["success"]} == {
+        ("committed_offset_at_least_minus_one", "warned"),
+        ("commit_timestamp_not_in_future", "failed"),
+    }
 
-    # quarantine: the record moves to silver.quarantine with bronze's bytes; reconciliation holds
-    settings = QualitySettings(overrides={rule: "quarantine"})
-    q = run_quality(spark, tables, "policy-quarantine", settings, layers=("silver",), suites=only)
-    o = {x.expectation: x for x in q.outcomes}["committed_offset_at_least_minus_one"]
-    assert (o.action, o.quarantined_rows, q.quarantined, q.failed) == ("quarantined", 1, 1, False)
-    quarantine = tables.path("silver", "quarantine")
+    # quarantine, by a silver rule and by a bronze rule (bronze is not rewritten: the record's
+    # silver row moves), in one move; the future timestamp only warns this time
+    settings = QualitySettings(overrides={negative: "quarantine", no_key: "quarantine", future: "warn"})
+    both = Suites({**commit_rules.suites, "bronze.offsets_records": suites["bronze.offsets_records"]})
+    run = run_quality(spark, tables, "policy-quarantine", settings, layers=("bronze", "silver"), suites=both)
+    got = {(o.expectation, o.quarantined_rows, o.action) for o in run.outcomes if o.evaluated and not o.success}
+    assert got == {
+        ("committed_offset_at_least_minus_one", 1, "quarantined"),
+        ("key_on_data_records", 1, "quarantined"),
+        ("commit_timestamp_not_in_future", None, "warned"),
+    }
+    assert run.quarantined == 2 and not run.failed
     moved = spark.sql(
-        f"SELECT q.reason, q.raw_key = b.key AS k, q.raw_value = b.value AS v FROM delta.`{quarantine}` q "
-        f"JOIN delta.`{tables.path('bronze', 'offsets_records')}` b ON b.cluster = q.cluster "
+        f"SELECT q.offsets_partition, q.record_offset, q.reason, q.raw_key <=> b.key, q.raw_value <=> b.value "
+        f"FROM delta.`{quarantine}` q JOIN delta.`{bronze}` b ON b.cluster = q.cluster "
         f"AND b.partition = q.offsets_partition AND b.offset = q.record_offset WHERE q.cluster = 'gen'"
     ).collect()
-    assert [tuple(r) for r in moved] == [(f"quality:{rule}", True, True)]
-    left = spark.sql(f"SELECT count(*) FROM delta.`{commits}` WHERE committed_offset < -1").collect()[0][0]
+    assert sorted(tuple(r) for r in moved) == sorted(
+        [(p1, o1, f"quality:{negative}", True, True), (p3, o3, f"quality:{no_key}", True, True)]
+    )
+    left = spark.sql(
+        f"SELECT count(*) FROM delta.`{commits}` {where.format(p1, o1)} OR ({where.format(p3, o3)[6:]})"
+    ).collect()[0][0]
     assert left == 0
+
+    # nothing lost: silver still reconciles with bronze, quarantine keeps the bytes
     recon = Suites(
         {"gold.reconciliation": suites["gold.reconciliation"], "silver.quarantine": suites["silver.quarantine"]}
     )
     after = run_quality(spark, tables, "policy-recon", QualitySettings(), layers=("silver", "gold"), suites=recon)
     assert all(x.success for x in after.outcomes), [(x.expectation, x.unexpected_count) for x in after.outcomes]
 
-    # fail: the rule fails the run (the runner stops there with quality_failed, exit code 3:
-    # tests/unit/test_quality_runner.py); its result row says so
-    spark.sql(
-        f"UPDATE delta.`{commits}` SET commit_timestamp = unix_millis(current_timestamp()) + 3600000 "
-        f"WHERE cluster = 'gen' AND record_offset = {o2} AND offsets_partition = {p2}"
-    )
-    failed = run_quality(spark, tables, "policy-fail", QualitySettings(), layers=("silver",), suites=only)
-    assert failed.failed and failed.to_json()["failed"] == ["silver.offset_commits.commit_timestamp_not_in_future"]
-    rows = spark.read.format("delta").load(tables.path("quality", "results")).where("run_id = 'policy-fail'")
-    assert {(r["expectation"], r["action"]) for r in rows.collect() if r["evaluated"] and not r["success"]} == {
-        ("commit_timestamp_not_in_future", "failed")
+
+def test_real_files_pass_the_bronze_and_silver_suites(spark, real_dir) -> None:
+    import pyarrow as pa
+
+    from pipelines.quality import frames
+    from pipelines.quality.stage import evaluate_suite, params_of
+    from pipelines.runtime.tables import Tables
+    from pipelines.silver.decode import build_plan
+    from pipelines.silver.ingest import DATA_TABLES, decode_frame, table_frame
+    from pipelines.silver.local import BRONZE_ARROW, bronze_rows
+
+    rows = [r for d in sorted(p for p in real_dir.iterdir() if p.is_dir()) for r in bronze_rows([d], d.name)]
+    arrow = pa.Table.from_pylist(rows, schema=BRONZE_ARROW)
+    # bronze keeps the first delivery of a position (two segments of one directory repeat 6 records)
+    bronze = spark.createDataFrame(arrow.to_pandas()).dropDuplicates(["cluster", "partition", "offset"]).persist()
+    wide = decode_frame(bronze, build_plan()).persist()
+    tables = Tables(spark, "/nonexistent")  # only for the table declarations
+    silver = {t: table_frame(wide, tables, t) for t in DATA_TABLES}
+    suites = load_suites()
+    params = params_of(QualitySettings())
+    inputs = {
+        "bronze.offsets_records": frames.Frame(frames.bronze_offsets_records(bronze)),
+        "silver.offset_commits": frames.silver_offset_commits(silver["offset_commits"], {}, 1_800_000_000_000),
+        "silver.group_metadata": frames.with_partition_rule(silver["group_metadata"], {}),
+        "silver.transaction_markers": frames.Frame(silver["transaction_markers"]),
+        "silver.quarantine": frames.Frame(frames.silver_quarantine(bronze, silver["quarantine"])),
+        "gold.reconciliation": frames.Frame(
+            frames.gold_reconciliation(bronze, [silver[t] for t in frames.SILVER_RECORD_TABLES])
+        ),
     }
+    try:
+        results = {}
+        for name, frame in inputs.items():
+            outcomes, _ = evaluate_suite(suites[name], frame, params, "real-files")
+            results.update({(name, o.expectation): o for o in outcomes})
+    finally:
+        wide.unpersist()
+        bronze.unpersist()
+    for key, o in results.items():
+        if key[1] == "offsets_partition_matches_group":  # the real files' partition counts are unknown
+            assert (o.evaluated, o.success, o.action) == (False, None, "not_evaluated"), key
+        else:
+            assert o.evaluated and o.success, (key, o)
+    # 40,520 log positions in the files (tests/spark/test_silver_real.py counts them with inspect)
+    assert results[("bronze.offsets_records", "position_unique")].element_count == 40520
+    assert results[("silver.quarantine", "undecodable_rate_zero")].element_count == 40520
+    pairs = {(r["cluster"], r["partition"]) for r in rows}
+    assert results[("gold.reconciliation", "silver_records_equal_bronze_records")].element_count == len(pairs)
