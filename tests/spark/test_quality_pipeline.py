@@ -43,7 +43,7 @@ def records_by_position(root: Path, cluster_of) -> dict[tuple[str, int, int], di
 def lakehouse(spark, tmp_path_factory: pytest.TempPathFactory):
     base = tmp_path_factory.mktemp("quality")
     gen = base / "gen"
-    generate(gen, 1200, seed=33, partitions=4, segment_bytes=24 * 1024)
+    generate(gen, 1200, seed=33, partitions=2)  # two segment files: few Spark tasks
     state = json.loads((gen / "expected-state.json").read_text())
     # the broker's view at the end of the generated log: the expected state, as a truth snapshot
     groups = defaultdict(list)
@@ -60,7 +60,7 @@ def lakehouse(spark, tmp_path_factory: pytest.TempPathFactory):
         f"""
 lakehouse: {{root: {base / "lakehouse"}}}
 sources:
-  gen: {{kind: segments, cluster: gen, paths: ["{gen}"], offsets_partitions: 4}}
+  gen: {{kind: segments, cluster: gen, paths: ["{gen}"], offsets_partitions: 2}}
 jobs:
   all:
     sources: [gen]
@@ -106,7 +106,7 @@ def test_clean_generated_data_passes_every_suite(lakehouse) -> None:
     assert o.element_count == len(state["pending_transactions"])
 
     for suite in ("silver.offset_commits", "silver.group_metadata"):
-        assert out[(suite, "offsets_partition_matches_group")].element_count > 0  # judged: N = 4 is known
+        assert out[(suite, "offsets_partition_matches_group")].element_count > 0  # judged: N = 2 is known
 
     # gaps: offsets missing inside each partition's range, counted from the files
     by_partition = defaultdict(set)
