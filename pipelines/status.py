@@ -51,12 +51,26 @@ def collect_status(ctx: Any) -> dict[str, Any]:
         silver = doc["silver"]
         if silver["killed"]:
             doc["notes"].append("the last silver run did not finish: the next run re-processes its bronze rows")
-        if silver["quarantined"]:
-            listed = ", ".join(f"{n} {r}" for r, n in sorted(silver["quarantined"].items()))
+        decoder = {r: n for r, n in silver["quarantined"].items() if not r.startswith("quality:")}
+        rules = {r: n for r, n in silver["quarantined"].items() if r.startswith("quality:")}
+        if decoder:
+            listed = ", ".join(f"{n} {r}" for r, n in sorted(decoder.items()))
             doc["notes"].append(
                 f"silver.quarantine holds records that did not decode ({listed}); after an upgrade: "
                 "offsets-lakehouse redecode <job>"
             )
+        if rules:
+            listed = ", ".join(f"{n} {r}" for r, n in sorted(rules.items()))
+            doc["notes"].append(f"silver.quarantine holds records moved by quality rules ({listed}; docs/quality.md)")
+    if tables.name("quality", "results") in names:
+        from pipelines.quality.report import load_report
+
+        quality = load_report(ctx.spark, tables)
+        doc["quality"] = quality
+        bad = [p for p in quality["problems"] if p["action"] == "failed"]
+        if bad:
+            listed = ", ".join(f"{p['suite']}.{p['expectation']}" for p in bad)
+            doc["notes"].append(f"quality run {quality['run_id']} failed: {listed} (offsets-lakehouse quality report)")
     runs = tables.name("bronze", "runs")
     if runs in names:
         doc["runs"] = [

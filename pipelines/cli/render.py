@@ -183,6 +183,23 @@ def render_status(doc: dict[str, Any]) -> None:
             _flag(sum(silver["quarantined"].values())),
         )
         console.print(t)
+    quality = doc.get("quality")
+    if quality and quality.get("run_id"):
+        q = Table(title=f"quality: run {quality['run_id']} ({quality['status']})")
+        for col in ("suite", "evaluated", "passed", "failed", "not evaluated", "status"):
+            q.add_column(col)
+        for row in quality["suites"]:
+            q.add_row(
+                row["suite"],
+                str(row["evaluated"]),
+                str(row["passed"]),
+                _flag(row["failed"]),
+                str(row["not_evaluated"]),
+                row["status"],
+            )
+        console.print(q)
+        if quality.get("data_docs"):
+            console.print(f"Data Docs: {quality['data_docs']}", soft_wrap=True)
     r = Table(title="last runs")
     for col in ("run", "job", "stage", "status", "started", "finished"):
         r.add_column(col)
