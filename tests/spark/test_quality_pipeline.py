@@ -193,6 +193,12 @@ def test_policies_warn_fail_and_quarantine(lakehouse) -> None:
     ).collect()[0][0]
     assert left == 0
 
+    # redecode (after an upgrade) leaves them: they decode fine, a rule put them there
+    from pipelines.silver.ingest import redecode_quarantine
+
+    assert redecode_quarantine(spark, tables, "redecode").released == 0
+    assert spark.sql(f"SELECT count(*) FROM delta.`{quarantine}` WHERE cluster = 'gen'").collect()[0][0] == 2
+
     # nothing lost: silver still reconciles with bronze, quarantine keeps the bytes
     recon = Suites(
         {"gold.reconciliation": suites["gold.reconciliation"], "silver.quarantine": suites["silver.quarantine"]}
