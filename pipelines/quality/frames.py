@@ -118,38 +118,35 @@ def silver_offset_commits(commits: DataFrame, partitions: dict[str, int | None],
 
 
 def silver_quarantine(bronze: DataFrame, quarantine: DataFrame | None) -> DataFrame:
-    """One row per bronze record: in quarantine for a decoder reason? its raw bytes kept?"""
+    """One row per bronze record: in quarantine for a decoder reason? its raw bytes kept?
+    (Bytes are compared for quarantined records only: bronze's are joined to the quarantine.)"""
     from pyspark.sql import functions as F
 
+    key = ["cluster", "offsets_partition", "record_offset"]
     records = bronze.select(
+        "cluster", F.col("partition").alias("offsets_partition"), F.col("offset").alias("record_offset")
+    )
+    if quarantine is None:
+        return records.select(
+            *key, F.lit(False).alias("undecodable"), F.lit(None).cast("boolean").alias("raw_bytes_kept")
+        )
+    raw = bronze.select(
         "cluster",
         F.col("partition").alias("offsets_partition"),
         F.col("offset").alias("record_offset"),
         F.col("key").alias("_key"),
         F.col("value").alias("_value"),
     )
-    if quarantine is None:
-        return records.select(
-            "cluster",
-            "offsets_partition",
-            "record_offset",
-            F.lit(False).alias("undecodable"),
-            F.lit(None).cast("boolean").alias("raw_bytes_kept"),
-        )
-    q = quarantine.select(
-        "cluster", "offsets_partition", "record_offset", "reason", "raw_key", "raw_value", F.lit(True).alias("_in_q")
-    )
-    joined = records.join(q, ["cluster", "offsets_partition", "record_offset"], "left")
-    return joined.select(
-        "cluster",
-        "offsets_partition",
-        "record_offset",
+    flags = quarantine.join(raw, key, "left").select(
+        *key,
         "reason",
-        F.coalesce(F.col("_in_q") & ~F.col("reason").startswith(QUALITY_REASON), F.lit(False)).alias("undecodable"),
-        F.when(
-            F.col("_in_q"),
-            F.col("raw_key").eqNullSafe(F.col("_key")) & F.col("raw_value").eqNullSafe(F.col("_value")),
-        ).alias("raw_bytes_kept"),
+        (~F.col("reason").startswith(QUALITY_REASON)).alias("_decoder"),
+        (F.col("raw_key").eqNullSafe(F.col("_key")) & F.col("raw_value").eqNullSafe(F.col("_value"))).alias(
+            "raw_bytes_kept"
+        ),
+    )
+    return records.join(flags, key, "left").select(
+        *key, "reason", F.coalesce("_decoder", F.lit(False)).alias("undecodable"), "raw_bytes_kept"
     )
 
 
