@@ -58,22 +58,23 @@ def test_bronze_rules(spark, suites) -> None:
         ("c1", 1, 10, "f2", 0, False, k),
         ("c1", 1, None, "f2", 10, False, k),  # no offset
         (None, 1, 11, "f2", 20, False, k),  # no cluster
+        ("c1", None, 12, "f3", 0, False, k),  # no partition
     ]
     frame = frames.Frame(frames.bronze_offsets_records(spark.createDataFrame(rows, schema)))
     out, _ = run(suites, "bronze.offsets_records", frame)
     assert counts(out) == {
         "cluster_not_null": (False, 1),
-        "partition_not_null": (True, 0),
+        "partition_not_null": (False, 1),
         "offset_not_null": (False, 1),
         "position_unique": (False, 2),
         "key_on_data_records": (False, 1),
         "offsets_increasing_in_file": (False, 1),
         "offset_gaps": (True, None),
     }
-    # partition 0 by offset: 0 1 2 2 5 6 -> offsets 3 and 4 missing; partition 1: 10, 11 (other
-    # cluster value null: its own partition) -> none
+    # (c1, 0) by offset: 0 1 2 2 5 6 -> offsets 3 and 4 missing; (c1, 1): 10 and a row without
+    # offset; (null, 1): 11; (c1, null): 12 -> none
     assert out["offset_gaps"].observed_value == 2
-    assert out["key_on_data_records"].element_count == 9
+    assert out["key_on_data_records"].element_count == 10
 
 
 def test_silver_offset_commits_rules(spark, suites) -> None:
@@ -92,19 +93,20 @@ def test_silver_offset_commits_rules(spark, suites) -> None:
         ("c1", 3, 6, "g", 8, NOW + 11 * MIN),  # 11 minutes ahead of the clock: beyond the 10 allowed
         ("c1", 3, 7, "g", 9, NOW + 9 * MIN),  # within the skew
         ("c2", 9, 0, "g", 1, ok),  # c2's partition count is unknown
+        ("c1", 3, 8, None, 1, ok),  # no group id
     ]
     commits = spark.createDataFrame(rows, schema)
     frame = frames.silver_offset_commits(commits, {"c1": 50, "c2": None}, NOW)
     out, _ = run(suites, "silver.offset_commits", frame)
     assert counts(out) == {
         "committed_offset_at_least_minus_one": (False, 1),
-        "group_id_not_null": (True, 0),
+        "group_id_not_null": (False, 1),
         "commit_timestamp_not_in_future": (False, 1),
         "offsets_partition_matches_group": (False, 1),
     }
     rule = out["offsets_partition_matches_group"]
     assert rule.details["notes"] == {"evaluated_clusters": ["c1"], "not_evaluated_clusters": ["c2"]}
-    assert rule.details["missing_count"] == 1  # the c2 row was not judged
+    assert rule.details["missing_count"] == 2  # not judged: the c2 row, and the row without group
 
     groups = spark.createDataFrame(
         [
