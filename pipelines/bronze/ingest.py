@@ -123,12 +123,21 @@ def merge_records(
             )
         inserted = _merge_inserted(spark, path, before)
         if always_commit and DeltaTable.forPath(spark, path).history(1).collect()[0]["version"] == before:
+            # Delta skips commits that change nothing unless told otherwise; this one carries the
+            # positions (a range of aborted commits and markers still moves the source forward)
             with _commit_metadata(spark, commit_metadata):
-                spark.createDataFrame([], rows.schema).write.format("delta").mode("append").save(path)
+                spark.conf.set(SKIP_EMPTY, "false")
+                try:
+                    spark.createDataFrame([], rows.schema).write.format("delta").mode("append").save(path)
+                finally:
+                    spark.conf.unset(SKIP_EMPTY)
         faults.point("bronze.after_commit")
     finally:
         rows.unpersist()
     return inserted, n_conflicts
+
+
+SKIP_EMPTY = "spark.databricks.delta.skipRecordingEmptyCommits"
 
 
 class _commit_metadata:

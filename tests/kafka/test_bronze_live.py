@@ -122,5 +122,6 @@ def test_open_transaction_holds_ingestion_and_status_shows_it(spark, tables, har
         timeout=60,
         every=0.5,
     )
-    ingest_kafka(spark, tables, "live", live_source(harness), "run-hanging-2")
-    assert {r["partition"]: r for r in last_runs(spark, tables)}[part]["held_back"] == 0
+    second = ingest_kafka(spark, tables, "live", live_source(harness), "run-hanging-2")
+    row = {r["partition"]: r for r in last_runs(spark, tables)}[part]
+    assert row["held_back"] == 0, (row, second.notes, partition_ends(spark, live_source(harness))[part])
