@@ -33,7 +33,7 @@ def real_dir() -> Path:
     return real_segments_dir()
 
 
-_TIER_DIRS = {"spark": "spark", "kafka": "kafka", "kafkatools": "kafkatools", "e2e": "e2e"}
+_TIER_DIRS = {"spark": "spark", "kafka": "kafka", "kafkatools": "kafkatools", "e2e": "e2e", "long": "long"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

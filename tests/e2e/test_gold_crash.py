@@ -11,22 +11,9 @@ import pytest
 
 from pipelines.generate import generate
 from pipelines.runtime import faults
-from tests.e2e.test_crash_replay import run
+from tests.e2e.jobrun import jobs_file, run, run_here
 
-
-def jobs_file(tmp_path: Path, logs: Path, name: str = "jobs.yaml") -> Path:
-    path = tmp_path / name
-    path.write_text(f"""
-lakehouse: {{root: {tmp_path / "lakehouse"}}}
-spark:
-  master: local[2]
-  conf: {{spark.sql.shuffle.partitions: "4", spark.ui.enabled: "false"}}
-sources:
-  s: {{kind: segments, cluster: crash, paths: [{logs}]}}
-jobs:
-  j: {{sources: [s], stages: [bronze, silver, gold]}}
-""")
-    return path
+STAGES = ["bronze", "silver", "gold"]
 
 
 @pytest.mark.parametrize("fault", ["gold.between_merges"])  # before_merge: same recovery path
@@ -39,10 +26,10 @@ def test_gold_killed_then_rerun(spark, tmp_path: Path, fault: str) -> None:
         first = sorted(part.glob("*.log"))[0]
         shutil.copy(first, early / part.name / first.name)
     # run 1 applies the first segments; run 2 (all segments, incremental) dies; run 3 re-runs
-    assert run(jobs_file(tmp_path, early, "early.yaml")) == 0
-    config = jobs_file(tmp_path, logs)
+    run_here(jobs_file(tmp_path, early, STAGES, "early.yaml"))
+    config = jobs_file(tmp_path, logs, STAGES)
     assert run(config, fault) == faults.EXIT_CODE
-    assert run(config) == 0
+    run_here(config)
     exp = json.loads((logs / "expected-state.json").read_text())
     rows = spark.read.format("delta").load(str(tmp_path / "lakehouse" / "gold" / "current_offsets")).collect()
     live = {(r["group_id"], r["topic"], r["partition"]): r["committed_offset"] for r in rows if not r["deleted"]}

@@ -1,0 +1,72 @@
+"""Running jobs for the crash tests: a real ``offsets-lakehouse run`` process that a fault point or
+SIGKILL ends, and the re-run after it in this process (the spark fixture's JVM: a re-run reads
+only what the dead process left on disk, and it saves a JVM start per test)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def jobs_file(
+    tmp_path: Path, logs: Path, stages: list[str], name: str = "jobs.yaml", split_bytes: int | None = None
+) -> Path:
+    split = f", split_bytes: {split_bytes}" if split_bytes else ""
+    path = tmp_path / name
+    path.write_text(f"""
+lakehouse: {{root: {tmp_path / "lakehouse"}}}
+spark:
+  master: local[2]
+  conf: {{spark.sql.shuffle.partitions: "4", spark.ui.enabled: "false"}}
+sources:
+  s: {{kind: segments, cluster: crash, paths: [{logs}]{split}}}
+jobs:
+  j: {{sources: [s], stages: [{", ".join(stages)}]}}
+""")
+    return path
+
+
+def run(
+    config: Path, fault: str | None = None, kill_on: str | None = None, kill_after: float = 0.0, *extra: str
+) -> int:
+    """Run job ``j`` of ``config`` in a new process group; returns its exit code. ``fault``: the
+    fault point that ends it; ``kill_on``: SIGKILL the whole group (driver and JVM)
+    ``kill_after`` seconds after that text appears in its log."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("OFFSETS_FAULT", None)
+    if fault:
+        env["OFFSETS_FAULT"] = fault
+    cmd = [sys.executable, "-m", "pipelines.cli.main", "run", "j", "-c", str(config), "--json", *extra]
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    if kill_on is None:
+        _, err = proc.communicate(timeout=900)
+        if proc.returncode not in (0, 86):
+            print(err[-3000:], file=sys.stderr)
+        return proc.returncode
+    deadline = time.time() + 600
+    assert proc.stderr is not None
+    for line in proc.stderr:  # wait until the stage is under way, then kill driver and JVM
+        if kill_on in line or time.time() > deadline:
+            break
+    time.sleep(kill_after)
+    with contextlib.suppress(ProcessLookupError):  # it may have finished on its own meanwhile
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    return proc.returncode
+
+
+def run_here(config: Path) -> None:
+    """Run job ``j`` of ``config`` in this process (the test session's Spark)."""
+    from pipelines.runner import Context, run_job
+
+    report = run_job(Context(config), "j")
+    assert report.status == "ok", report.to_json()

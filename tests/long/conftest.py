@@ -1,0 +1,3 @@
+"""The long tier reuses the spark tier's session fixture."""
+
+from tests.spark.conftest import spark  # noqa: F401
