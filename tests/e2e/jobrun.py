@@ -66,7 +66,13 @@ def run(
 
 def run_here(config: Path) -> None:
     """Run job ``j`` of ``config`` in this process (the test session's Spark)."""
+    from pyspark.sql import SparkSession
+
     from pipelines.runner import Context, run_job
 
+    spark = SparkSession.getActiveSession()
+    if spark is not None:  # table names belong to the session: point them at this job's root
+        for db in ("bronze", "silver", "gold", "quality"):
+            spark.sql(f"DROP SCHEMA IF EXISTS {db} CASCADE")
     report = run_job(Context(config), "j")
     assert report.status == "ok", report.to_json()
