@@ -180,7 +180,7 @@ def _quality(
             settings,
             layers=layers or LAYERS,
             partitions=_partition_counts(ctx, sources),
-            truth=_truth(ctx, settings.truth_snapshot),
+            truth=_truth(ctx, settings.truth_snapshot, sources),
             job=job_name,
             after=after,
             earlier=report.quality_outcomes,
@@ -212,9 +212,11 @@ def _partition_counts(ctx: Context, sources: list[str]) -> dict[str, int | None]
     return partition_counts(ctx.config, sources, by_uri)
 
 
-def _truth(ctx: Context, path: str | None):
+def _truth(ctx: Context, path: str | None, sources: list[str]):
     if path is None:
         return None
+    if path == "live":
+        return _live_truth(ctx, sources)
     from pipelines.truth import load as load_truth
 
     p = Path(path)
@@ -222,6 +224,30 @@ def _truth(ctx: Context, path: str | None):
     if not p.exists():
         raise ConfigError(f"{ctx.config_path}: quality.truth_snapshot: no such file: {p}")
     return load_truth(p)
+
+
+def _live_truth(ctx: Context, sources: list[str]):
+    """``truth_snapshot: live``: the job's Kafka source's committed offsets, now. Compared only
+    when the offsets topic has not moved since bronze read it (same end offsets in every
+    partition); otherwise gold is legitimately behind and the rule is reported not evaluated."""
+    from pipelines.bronze.kafka_source import stored_positions
+    from pipelines.bronze.kafka_truth import fetch_truth
+
+    kafka = [s for s in sources if ctx.config.sources[s].kind == "kafka"]
+    if len(kafka) != 1:
+        raise ConfigError(f"{ctx.config_path}: quality.truth_snapshot: live needs one kafka source in the job")
+    src = ctx.config.sources[kafka[0]]
+    truth = fetch_truth(ctx.spark, src)
+    read = stored_positions(ctx.spark, ctx.tables, src.cluster, src.topic) or {}
+    moved = sorted(p for p, end in truth.offsets_topic_end_offsets.items() if read.get(p) != end)
+    if moved:
+        log.warning(
+            "quality: %s moved in partitions %s since bronze read it; live truth not compared (run again)",
+            src.topic,
+            moved,
+        )
+        return None
+    return truth
 
 
 def quality_job(ctx: Context, job_name: str | None) -> RunReport:

@@ -103,7 +103,11 @@ class QualitySettings(_Model):
     overrides: dict[str, Policy] = Field(default_factory=dict, description="suite or expectation -> policy")
     max_clock_skew_minutes: int = Field(10, ge=0)
     max_pending_transaction_minutes: int = Field(15, ge=0)
-    truth_snapshot: str | None = Field(None, description="truth snapshot (docs/truth-snapshot.md) gold must equal")
+    truth_snapshot: str | None = Field(
+        None,
+        description="truth snapshot file (docs/truth-snapshot.md) gold must equal, or 'live': fetched from the "
+        "job's kafka source",
+    )
 
     @field_validator("overrides")
     @classmethod

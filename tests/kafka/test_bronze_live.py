@@ -125,3 +125,22 @@ def test_open_transaction_holds_ingestion_and_status_shows_it(spark, tables, har
     second = ingest_kafka(spark, tables, "live", live_source(harness), "run-hanging-2")
     row = {r["partition"]: r for r in last_runs(spark, tables)}[part]
     assert row["held_back"] == 0, (row, second.notes, partition_ends(spark, live_source(harness))[part])
+
+
+def test_live_truth_snapshot_equals_the_harness_snapshot(spark, harness):
+    """``quality.truth_snapshot: live`` fetches committed offsets through Kafka's Admin API in
+    Spark's JVM; they equal what the harness's own Admin client (tools/kafka/Truth.java) reports
+    at the same offsets-topic position."""
+    from pipelines.bronze.kafka_truth import fetch_truth
+
+    h = harness.harness
+    for _ in range(10):
+        ours = fetch_truth(spark, live_source(harness))
+        theirs = h.snapshot([])
+        if ours.offsets_topic_end_offsets == theirs.offsets_topic_end_offsets:
+            break
+    else:
+        pytest.fail("the offsets topic kept moving between the two snapshots")
+    mine = {k: (o.offset, o.metadata) for k, o in ours.committed().items()}
+    assert mine, "some groups have committed offsets"
+    assert mine == {k: (o.offset, o.metadata) for k, o in theirs.committed().items()}

@@ -1,0 +1,84 @@
+"""A truth snapshot fetched from a live cluster (``quality.truth_snapshot: live``).
+
+Kafka's Admin API, through the kafka-clients jar Spark's Kafka source already puts in the JVM:
+the committed offsets of every consumer group (listConsumerGroupOffsets), tied to a log position
+by reading the offsets topic's high watermarks before and after; a snapshot taken while the
+topic moved is retried, so the offsets are the state at exactly those end offsets
+(docs/truth-snapshot.md). Members, generations and share groups are not fetched: the quality
+rule compares committed offsets only.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+from pipelines.bronze.kafka_source import TIMEOUT_S, KafkaUnavailable, client_options, partition_ends
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from pipelines.runtime.config import KafkaSource
+    from pipelines.truth import TruthSnapshot
+
+ATTEMPTS = 5
+
+
+def fetch_truth(spark: SparkSession, source: KafkaSource) -> TruthSnapshot:
+    from py4j.protocol import Py4JJavaError
+
+    from pipelines.truth import CommittedOffset, Group, TruthSnapshot
+
+    jvm = spark._jvm  # type: ignore[attr-defined]
+    props = jvm.java.util.Properties()
+    for k, v in client_options(source).items():
+        props.put(k, v)
+    unit = jvm.java.util.concurrent.TimeUnit.SECONDS
+    try:
+        admin = jvm.org.apache.kafka.clients.admin.Admin.create(props)
+    except Py4JJavaError as exc:
+        raise KafkaUnavailable(f"Kafka at {source.bootstrap_servers}: {exc.java_exception.getMessage()}") from exc
+    try:
+        for _ in range(ATTEMPTS):
+            before = {p: e["high_watermark"] for p, e in partition_ends(spark, source).items()}
+            groups = []
+            listings = admin.listConsumerGroups().all().get(TIMEOUT_S, unit)
+            for listing in sorted(listings, key=lambda g: g.groupId()):
+                group_id = listing.groupId()
+                offsets = admin.listConsumerGroupOffsets(group_id).partitionsToOffsetAndMetadata().get(TIMEOUT_S, unit)
+                committed = []
+                for tp in offsets.keySet():
+                    om = offsets.get(tp)
+                    if om is None:
+                        continue
+                    epoch = om.leaderEpoch()
+                    committed.append(
+                        CommittedOffset(
+                            topic=tp.topic(),
+                            partition=tp.partition(),
+                            offset=om.offset(),
+                            leader_epoch=epoch.get() if epoch.isPresent() else None,
+                            metadata=om.metadata(),
+                        )
+                    )
+                committed.sort(key=lambda o: (o.topic, o.partition))
+                groups.append(Group(group_id=group_id, offsets=committed))
+            after = {p: e["high_watermark"] for p, e in partition_ends(spark, source).items()}
+            if before == after:
+                return TruthSnapshot(
+                    cluster=source.cluster,
+                    captured_at=datetime.now(timezone.utc).isoformat(),
+                    offsets_topic_end_offsets=after,
+                    groups=groups,
+                    notes=["fetched by offsets-lakehouse quality: committed offsets only"],
+                )
+        raise KafkaUnavailable(
+            f"Kafka at {source.bootstrap_servers}: {source.topic} kept moving during {ATTEMPTS} truth snapshots"
+        )
+    except Py4JJavaError as exc:
+        cause = exc.java_exception
+        raise KafkaUnavailable(
+            f"Kafka at {source.bootstrap_servers}: {cause.getClass().getSimpleName()}: {cause.getMessage()}"
+        ) from exc
+    finally:
+        admin.close()
