@@ -26,7 +26,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pipelines.gold.groups import run_groups
+from pipelines.gold.groups import run_groups, target_partitions
 from pipelines.reference.replay import DEFAULT_RETENTION_MS
 from pipelines.runtime import faults
 
@@ -265,22 +265,15 @@ def _merge(
     processed partition (pending); else only recomputed partitions drop rows not produced."""
     from delta.tables import DeltaTable
 
-    def parts_sql(ps: list[dict[str, Any]]) -> str:
-        if not ps:
-            return "false"
-        return " OR ".join(
-            f"(t.cluster = '{p['cluster']}' AND t.offsets_partition = {p['offsets_partition']})" for p in ps
-        )
-
     recomputed = [p for p in processed if p["mode"] == "full"]
     cond = " AND ".join(f"t.{k} <=> s.{k}" for k in key)
     merge = DeltaTable.forPath(spark, tables.path("gold", table)).alias("t").merge(rows.alias("s"), cond)
     if replace_all:
         merge = merge.whenMatchedUpdateAll().whenNotMatchedInsertAll()
-        merge = merge.whenNotMatchedBySourceDelete(parts_sql(processed))
+        merge = merge.whenNotMatchedBySourceDelete(target_partitions(processed))
     else:
         merge = merge.whenMatchedUpdateAll("s.recomputed OR s.state_offset >= t.state_offset")
-        merge = merge.whenNotMatchedInsertAll().whenNotMatchedBySourceDelete(parts_sql(recomputed))
+        merge = merge.whenNotMatchedInsertAll().whenNotMatchedBySourceDelete(target_partitions(recomputed))
     merge.execute()
 
 
@@ -411,9 +404,6 @@ def _merge_history(
         source = source.unionByName(closers.withColumn("closer", F.lit(True)), allowMissingColumns=True)
     columns = [c.name for c in tables.spec("gold", "offset_history").columns]
     recomputed = [p for p in plan if p["mode"] == "full"]
-    drop = " OR ".join(
-        f"(t.cluster = '{p['cluster']}' AND t.offsets_partition = {p['offsets_partition']})" for p in recomputed
-    )
     (
         target.alias("t")
         .merge(source.alias("s"), " AND ".join(f"t.{k} = s.{k}" for k in [*key, "valid_from_offset"]))
@@ -423,7 +413,7 @@ def _merge_history(
         )
         .whenMatchedUpdate("NOT s.closer", set={c: f"s.{c}" for c in columns})
         .whenNotMatchedInsert("NOT s.closer", values={c: f"s.{c}" for c in columns})
-        .whenNotMatchedBySourceDelete(drop or "false")
+        .whenNotMatchedBySourceDelete(target_partitions(recomputed))
         .execute()
     )
 

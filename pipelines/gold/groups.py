@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from pipelines.runtime.tables import partitions_predicate
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
@@ -183,6 +185,11 @@ def consumer_members_frame(spark: SparkSession, tables: Tables, parts: DataFrame
     return out.select(*[(F.col(c) if c in out.columns else F.lit(None)).alias(c) for c in columns])
 
 
+def target_partitions(plan: list[dict[str, Any]]) -> str:
+    """MERGE condition selecting the target rows of the plan's (cluster, offsets partition) pairs."""
+    return partitions_predicate([(p["cluster"], p["offsets_partition"]) for p in plan], prefix="t.")
+
+
 def merge_replacing(
     spark: SparkSession, tables: Tables, table: str, rows: DataFrame, key: list[str], plan: list[dict[str, Any]]
 ) -> None:
@@ -191,9 +198,6 @@ def merge_replacing(
     from delta.tables import DeltaTable
 
     columns = [c.name for c in tables.spec("gold", table).columns]
-    drop = " OR ".join(
-        f"(t.cluster = '{p['cluster']}' AND t.offsets_partition = {p['offsets_partition']})" for p in plan
-    )
     changed = " OR ".join(f"NOT (t.{c} <=> s.{c})" for c in columns if c not in (*key, "updated_run_id"))
     (
         DeltaTable.forPath(spark, tables.path("gold", table))
@@ -201,7 +205,7 @@ def merge_replacing(
         .merge(rows.alias("s"), " AND ".join(f"t.{k} <=> s.{k}" for k in key))
         .whenMatchedUpdate(changed, set={c: f"s.{c}" for c in columns})
         .whenNotMatchedInsert(values={c: f"s.{c}" for c in columns})
-        .whenNotMatchedBySourceDelete(drop or "false")
+        .whenNotMatchedBySourceDelete(target_partitions(plan))
         .execute()
     )
 

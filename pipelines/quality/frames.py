@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pipelines.codec.partitioner import partition_for
+from pipelines.silver.decode import RECORD_TABLES
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -19,22 +20,7 @@ if TYPE_CHECKING:
     from pipelines.truth import TruthSnapshot
 
 # silver tables with one row per bronze record (group_members has one per member)
-SILVER_RECORD_TABLES = (
-    "offset_commits",
-    "group_metadata",
-    "consumer_group_metadata",
-    "consumer_group_partition_metadata",
-    "consumer_group_member_metadata",
-    "consumer_group_target_assignment_metadata",
-    "consumer_group_target_assignment_member",
-    "consumer_group_current_member_assignment",
-    "consumer_group_regular_expressions",
-    "share_group_records",
-    "streams_group_records",
-    "tombstones",
-    "transaction_markers",
-    "quarantine",
-)
+SILVER_RECORD_TABLES = RECORD_TABLES
 QUALITY_REASON = "quality:"
 
 

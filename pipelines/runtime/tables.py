@@ -103,6 +103,23 @@ def load_views(root: Path | None = None) -> list[ViewSpec]:
     return out
 
 
+def sql_in_list(values: list[Any]) -> str:
+    return ", ".join(_sql_str(v) if isinstance(v, str) else str(int(v)) for v in sorted(values))
+
+
+def partitions_predicate(pairs: list[tuple[str, int]], prefix: str = "", column: str = "offsets_partition") -> str:
+    """SQL predicate selecting exactly these (cluster, partition) pairs."""
+    by_cluster: dict[str, list[int]] = {}
+    for cluster, part in pairs:
+        by_cluster.setdefault(cluster, []).append(part)
+    if not by_cluster:
+        return "false"
+    return " OR ".join(
+        f"({prefix}cluster = {_sql_str(c)} AND {prefix}{column} IN ({sql_in_list(ps)}))"
+        for c, ps in sorted(by_cluster.items())
+    )
+
+
 class Tables:
     """Names, paths and registration of the lakehouse's tables for one session."""
 

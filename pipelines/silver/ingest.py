@@ -36,6 +36,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from pipelines.runtime import faults
+from pipelines.runtime.tables import partitions_predicate, sql_in_list
 from pipelines.silver.decode import (
     ENVELOPE_COLUMNS,
     INPUT_COLUMNS,
@@ -225,27 +226,6 @@ def _feed_errors() -> tuple[type[BaseException], ...]:
 
 
 # -- writes ------------------------------------------------------------------------------------------
-def _in_list(values: list[Any]) -> str:
-    from pipelines.runtime.tables import _sql_str
-
-    return ", ".join(_sql_str(v) if isinstance(v, str) else str(int(v)) for v in sorted(values))
-
-
-def partitions_predicate(pairs: list[tuple[str, int]], prefix: str = "", column: str = "offsets_partition") -> str:
-    """SQL predicate selecting exactly these (cluster, partition) pairs."""
-    from pipelines.runtime.tables import _sql_str
-
-    by_cluster: dict[str, list[int]] = {}
-    for cluster, part in pairs:
-        by_cluster.setdefault(cluster, []).append(part)
-    if not by_cluster:
-        return "false"
-    return " OR ".join(
-        f"({prefix}cluster = {_sql_str(c)} AND {prefix}{column} IN ({_in_list(ps)}))"
-        for c, ps in sorted(by_cluster.items())
-    )
-
-
 def _last_commit(spark: SparkSession, path: str) -> Any:
     from delta.tables import DeltaTable
 
@@ -286,7 +266,7 @@ def merge_insert(
     if pairs:  # lets Delta skip the target files of every other cluster and partition
         clusters = sorted({c for c, _ in pairs})
         parts = sorted({p for _, p in pairs})
-        cond += f" AND t.cluster IN ({_in_list(clusters)}) AND t.offsets_partition IN ({_in_list(parts)})"
+        cond += f" AND t.cluster IN ({sql_in_list(clusters)}) AND t.offsets_partition IN ({sql_in_list(parts)})"
     metrics = DeltaTable.forPath(spark, path).alias("t").merge(frame.alias("s"), cond).whenNotMatchedInsertAll()
     return int(metrics.execute().collect()[0]["num_inserted_rows"])
 
