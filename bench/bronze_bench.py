@@ -22,10 +22,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.common import generated, session  # noqa: E402
 from pipelines.bronze.ingest import ingest_segments  # noqa: E402
-from pipelines.generate import generate  # noqa: E402
-from pipelines.runtime.config import SegmentsSource, SparkSettings  # noqa: E402
-from pipelines.runtime.spark import build_session  # noqa: E402
+from pipelines.runtime.config import SegmentsSource  # noqa: E402
 from pipelines.runtime.tables import Tables  # noqa: E402
 
 
@@ -36,18 +35,11 @@ def main() -> None:
     parser.add_argument("--master", default="local[*]")
     parser.add_argument("--driver-memory", default="4g", help="spark.driver.memory (jobs.yaml's default is 4g)")
     args = parser.parse_args()
-    logs = REPO / "var" / "bench" / f"codec-{args.records}-s{args.seed}"
-    if not (logs / "generator-manifest.json").exists():
-        t = time.perf_counter()
-        generate(logs, args.records, seed=args.seed, overwrite=True)
-        print(f"generated {args.records} records in {time.perf_counter() - t:.0f} s", file=sys.stderr)
+    logs = generated(args.records, args.seed)
     size = sum(p.stat().st_size for p in logs.rglob("*.log"))
     root = REPO / "var" / "bench" / "bronze-lakehouse"
     shutil.rmtree(root, ignore_errors=True)
-    t = time.perf_counter()
-    conf = {"spark.ui.enabled": "false", "spark.driver.memory": args.driver_memory}
-    spark = build_session(SparkSettings(master=args.master, conf=conf))
-    startup = time.perf_counter() - t
+    spark, startup = session(args.master, args.driver_memory)
     tables = Tables(spark, str(root))
     source = SegmentsSource(kind="segments", cluster="bench", paths=[str(logs)])
     rows = []

@@ -25,19 +25,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.common import generated  # noqa: E402
 from pipelines.codec.reader import Batch, iter_log  # noqa: E402
 from pipelines.codec.records import decode_control, decode_record  # noqa: E402
-from pipelines.generate import generate  # noqa: E402
 
 
 def dataset(records: int, seed: int) -> list[Path]:
-    out = REPO / "var" / "bench" / f"codec-{records}-s{seed}"
-    if not (out / "generator-manifest.json").exists():
-        print(f"generating {records} records into {out} ...", file=sys.stderr)
-        t = time.perf_counter()
-        generate(out, records, seed=seed, overwrite=True)
-        print(f"  generated in {time.perf_counter() - t:.1f} s", file=sys.stderr)
-    return sorted(out.rglob("*.log"))
+    return sorted(generated(records, seed).rglob("*.log"))
 
 
 def framing(files: list[Path]) -> int:

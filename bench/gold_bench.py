@@ -30,11 +30,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.common import generated, print_rows, session  # noqa: E402
 from pipelines.bronze.ingest import ingest_segments  # noqa: E402
-from pipelines.generate import generate  # noqa: E402
 from pipelines.gold.build import run_gold  # noqa: E402
-from pipelines.runtime.config import SegmentsSource, SparkSettings  # noqa: E402
-from pipelines.runtime.spark import build_session  # noqa: E402
+from pipelines.runtime.config import SegmentsSource  # noqa: E402
 from pipelines.runtime.tables import Tables  # noqa: E402
 from pipelines.silver.ingest import run_silver  # noqa: E402
 
@@ -48,12 +47,14 @@ def split(logs: Path, out: Path, share: float) -> tuple[Path, Path, int]:
     total = sum(f.stat().st_size for p in parts for f in p.glob("*.log"))
     held: set[Path] = set()
     size = 0
-    for p in sorted(parts, key=lambda p: -max(f.stat().st_size for f in p.glob("*.log"))):
+    for p in sorted(parts, key=lambda p: -max((f.stat().st_size for f in p.glob("*.log")), default=0)):
         segs = sorted(p.glob("*.log"))
         if size >= share * total or len(segs) < 2:
             continue
         held.add(segs[-1])
         size += segs[-1].stat().st_size
+    if not held:
+        sys.exit(f"{logs}: no offsets partition has two segments to hold one back; generate more --records")
     for p in parts:
         for f in sorted(p.glob("*.log")):
             dest = (inc if f in held else base) / p.name / f.name
@@ -70,20 +71,13 @@ def main() -> None:
     parser.add_argument("--driver-memory", default="4g")
     parser.add_argument("--share", type=float, default=0.01, help="share of the bytes held back as the increment")
     args = parser.parse_args()
-    logs = REPO / "var" / "bench" / f"gold-{args.records}-s{args.seed}"
-    if not (logs / "generator-manifest.json").exists():
-        t = time.perf_counter()
-        generate(logs, args.records, seed=args.seed, overwrite=True, segment_bytes=256 * 1024)
-        print(f"generated {args.records} records in {time.perf_counter() - t:.0f} s", file=sys.stderr)
+    logs = generated(args.records, args.seed, "gold", segment_bytes=256 * 1024)
     written = json.loads((logs / "generator-manifest.json").read_text())["records"]
     base, inc, inc_bytes = split(logs, REPO / "var" / "bench" / "gold-split", args.share)
 
     root = REPO / "var" / "bench" / "gold-lakehouse"
     shutil.rmtree(root, ignore_errors=True)
-    t = time.perf_counter()
-    conf = {"spark.ui.enabled": "false", "spark.driver.memory": args.driver_memory}
-    spark = build_session(SparkSettings(master=args.master, conf=conf))
-    startup = time.perf_counter() - t
+    spark, startup = session(args.master, args.driver_memory)
     tables = Tables(spark, str(root))
     rows: list[dict] = []
 
@@ -105,19 +99,13 @@ def main() -> None:
     timed("increment: bronze", lambda: bronze(inc, "b3"), lambda r: r.rows_inserted)
     timed("increment: silver", lambda: run_silver(spark, tables, "s3"), lambda r: r.bronze_rows)
     last = timed("increment: gold", lambda: run_gold(spark, tables, "g3"), lambda r: r.events)
-    for r in rows:
-        r["records_per_s"] = round(r["records"] / r["seconds"]) if r["seconds"] and r["records"] else None
     cores = os.cpu_count()
     print(
         f"\n{written} generated records ({inc_bytes / 2**20:.1f} MiB held back as the increment), master "
         f"{args.master} on {cores} cores, driver memory {args.driver_memory}, Spark {spark.version}; "
         f"start-up {startup:.0f} s\n"
     )
-    print("| run | records (rows or events) | seconds | per s |")
-    print("|---|---:|---:|---:|")
-    for r in rows:
-        rate = f"{r['records_per_s']:,}" if r["records_per_s"] else "-"
-        print(f"| {r['run']} | {r['records']} | {r['seconds']} | {rate} |")
+    print_rows(rows, "records (rows or events)")
     print(
         json.dumps(
             {

@@ -33,10 +33,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.common import generated, print_rows, session  # noqa: E402
 from pipelines.bronze.ingest import ingest_segments  # noqa: E402
-from pipelines.generate import generate  # noqa: E402
-from pipelines.runtime.config import SegmentsSource, SparkSettings  # noqa: E402
-from pipelines.runtime.spark import build_session  # noqa: E402
+from pipelines.runtime.config import SegmentsSource  # noqa: E402
 from pipelines.runtime.tables import Tables  # noqa: E402
 from pipelines.silver.decode import RECORD_TABLES, build_plan, decode_batch, decode_one  # noqa: E402
 from pipelines.silver.ingest import decode_frame, run_silver  # noqa: E402
@@ -122,11 +121,7 @@ def main() -> None:
     parser.add_argument("--compare", action="store_true", help="also time mapInArrow against a UDF and a UDTF")
     parser.add_argument("--reuse-bronze", action="store_true", help="keep var/bench/silver-lakehouse's bronze")
     args = parser.parse_args()
-    logs = REPO / "var" / "bench" / f"codec-{args.records}-s{args.seed}"
-    if not (logs / "generator-manifest.json").exists():
-        t = time.perf_counter()
-        generate(logs, args.records, seed=args.seed, overwrite=True)
-        print(f"generated {args.records} records in {time.perf_counter() - t:.0f} s", file=sys.stderr)
+    logs = generated(args.records, args.seed)
     written = json.loads((logs / "generator-manifest.json").read_text())["records"]
     rows = [pure_decode(logs)]
 
@@ -134,10 +129,7 @@ def main() -> None:
     if not args.reuse_bronze:
         shutil.rmtree(root, ignore_errors=True)
     shutil.rmtree(root / "silver", ignore_errors=True)
-    t = time.perf_counter()
-    conf = {"spark.ui.enabled": "false", "spark.driver.memory": args.driver_memory}
-    spark = build_session(SparkSettings(master=args.master, conf=conf))
-    startup = time.perf_counter() - t
+    spark, startup = session(args.master, args.driver_memory)
     tables = Tables(spark, str(root))
     bronze_secs = None
     if not args.reuse_bronze or not (root / "bronze").exists():
@@ -154,18 +146,12 @@ def main() -> None:
         rows.append({"run": label, "records": res.bronze_rows, "seconds": round(time.perf_counter() - t, 1)})
     if args.compare:
         rows += compare(spark, tables)
-    for r in rows:
-        r["records_per_s"] = round(r["records"] / r["seconds"]) if r["seconds"] and r["records"] else None
     cores = os.cpu_count()
     print(
         f"\n{written} generated records, master {args.master} on {cores} cores, driver memory {args.driver_memory}, "
         f"Spark {spark.version}; start-up {startup:.0f} s, bronze ingest {bronze_secs} s (not counted)\n"
     )
-    print("| run | records | seconds | records/s |")
-    print("|---|---:|---:|---:|")
-    for r in rows:
-        rate = f"{r['records_per_s']:,}" if r["records_per_s"] else "-"
-        print(f"| {r['run']} | {r['records']} | {r['seconds']} | {rate} |")
+    print_rows(rows, rate_header="records/s")
     first = results["silver first run"]
     print(
         json.dumps(
