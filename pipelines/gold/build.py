@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from pipelines.gold.groups import run_groups, target_partitions
 from pipelines.reference.replay import DEFAULT_RETENTION_MS
 from pipelines.runtime import faults
+from pipelines.runtime.tables import partitions_predicate
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -72,30 +73,14 @@ def _silver(spark: SparkSession, tables: Tables, table: str) -> DataFrame | None
     return spark.read.format("delta").load(path) if DeltaTable.isDeltaTable(spark, path) else None
 
 
-def events_frame(spark: SparkSession, tables: Tables) -> DataFrame:
-    """Every silver row gold replays, in the event schema (one row per record)."""
+def _sources(spark: SparkSession, tables: Tables) -> list[tuple[DataFrame, Any, Any]]:
+    """The silver rows gold replays, per table: (rows, kind column, record_type override)."""
     from pyspark.sql import functions as F
 
-    cols = [c.strip().split(" ")[0] for c in EVENT_COLUMNS.replace("\n", " ").split(",")]
-
-    def env(df: DataFrame, kind: Any, record_type: Any = None) -> DataFrame:
-        return (
-            df.withColumn("kind", kind)
-            .withColumn("timestamp_ms", F.unix_millis("timestamp"))
-            .withColumn("record_type", F.col("record_type") if record_type is None else record_type)
-        )
-
-    def fill(df: DataFrame) -> DataFrame:
-        typed = dict(c.strip().split(" ", 1) for c in EVENT_COLUMNS.replace("\n", " ").split(","))
-        present = set(df.columns)
-        return df.select(
-            *[(F.col(c) if c in present else F.lit(None)).cast(typed[c]).alias(c) for c in cols if c != "batch_id"]
-        )
-
-    parts = []
+    out = []
     commits = _silver(spark, tables, "offset_commits")
     if commits is not None:
-        parts.append(fill(env(commits, F.lit("commit"))))
+        out.append((commits, F.lit("commit"), None))
     tombs = _silver(spark, tables, "tombstones")
     if tombs is not None:
         kind = (
@@ -103,21 +88,59 @@ def events_frame(spark: SparkSession, tables: Tables) -> DataFrame:
             .when(F.col("record_type") == 2, "group_tombstone")
             .when(F.col("record_type") == 3, "consumer_group_tombstone")
         )
-        parts.append(fill(env(tombs.where("record_type IN (0, 1, 2, 3)"), kind)))
+        out.append((tombs.where("record_type IN (0, 1, 2, 3)"), kind, None))
     groups = _silver(spark, tables, "group_metadata")
     if groups is not None:
-        parts.append(fill(env(groups.withColumnRenamed("protocol", "assignor"), F.lit("group"))))
+        out.append((groups.withColumnRenamed("protocol", "assignor"), F.lit("group"), None))
     cgroups = _silver(spark, tables, "consumer_group_metadata")
     if cgroups is not None:
-        parts.append(fill(env(cgroups.withColumn("generation", F.col("epoch")), F.lit("consumer_group"))))
+        out.append((cgroups.withColumn("generation", F.col("epoch")), F.lit("consumer_group"), None))
     markers = _silver(spark, tables, "transaction_markers")
     if markers is not None:
-        parts.append(fill(env(markers.where("control_type_id IN (0, 1)"), F.lit("marker"), F.lit(None))))
+        out.append((markers.where("control_type_id IN (0, 1)"), F.lit("marker"), F.lit(None)))
+    return out
+
+
+def positions_frame(spark: SparkSession, tables: Tables) -> DataFrame | None:
+    """(cluster, offsets_partition, record_offset) of every event: all the plan needs, and a narrow
+    scan, so an incremental run reads whole events only where it replays."""
+    frames = [df.select(*PART, "record_offset") for df, _, _ in _sources(spark, tables)]
+    if not frames:
+        return None
+    out = frames[0]
+    for f in frames[1:]:
+        out = out.unionByName(f)
+    return out
+
+
+def events_frame(spark: SparkSession, tables: Tables, where: str = "true") -> DataFrame:
+    """The silver rows gold replays that satisfy ``where`` (over cluster, offsets_partition and
+    record_offset), in the event schema (one row per record), with the batch each came in."""
+    from pyspark.sql import functions as F
+
+    typed = dict(c.strip().split(" ", 1) for c in EVENT_COLUMNS.replace("\n", " ").split(","))
+    cols = list(typed)
+    parts = []
+    for df, kind, record_type in _sources(spark, tables):
+        df = (
+            df.where(where)
+            .withColumn("kind", kind)
+            .withColumn("timestamp_ms", F.unix_millis("timestamp"))
+            .withColumn("record_type", F.col("record_type") if record_type is None else record_type)
+        )
+        present = set(df.columns)
+        parts.append(
+            df.select(
+                *[(F.col(c) if c in present else F.lit(None)).cast(typed[c]).alias(c) for c in cols if c != "batch_id"]
+            )
+        )
     if not parts:
         return spark.createDataFrame([], EVENT_COLUMNS.replace("\n", " "))
     events = parts[0]
     for p in parts[1:]:
         events = events.unionByName(p)
+    # records from segments carry their batch's base offset in bronze; from the Kafka source each
+    # record is its own batch
     bronze = (
         spark.read.format("delta")
         .load(tables.path("bronze", "offsets_records"))
@@ -127,6 +150,7 @@ def events_frame(spark: SparkSession, tables: Tables) -> DataFrame:
             F.col("offset").alias("record_offset"),
             "base_offset",
         )
+        .where(where)
     )
     return (
         events.join(bronze, [*PART, "record_offset"], "left")
@@ -135,24 +159,25 @@ def events_frame(spark: SparkSession, tables: Tables) -> DataFrame:
     )
 
 
-def _plan(spark: SparkSession, tables: Tables, events: DataFrame, full_refresh: bool) -> list[dict[str, Any]]:
+def _plan(spark: SparkSession, tables: Tables, full_refresh: bool) -> list[dict[str, Any]]:
     from pyspark.sql import functions as F
 
+    positions = positions_frame(spark, tables)
+    if positions is None:
+        return []
     progress = spark.read.format("delta").load(tables.path("gold", "partition_progress"))
-    stats = events.groupBy(*PART).agg(F.count("*").alias("events"), F.max("record_offset").alias("max_offset"))
-    below = (
-        events.join(progress.select(*PART, "applied_offset"), list(PART))
-        .where(F.col("record_offset") <= F.col("applied_offset"))
+    stats = (
+        positions.join(F.broadcast(progress.select(*PART, "applied_offset")), list(PART), "left")
         .groupBy(*PART)
-        .agg(F.count("*").alias("events_at_or_below"))
+        .agg(
+            F.count("*").alias("events"),
+            F.max("record_offset").alias("max_offset"),
+            F.count_if(F.col("record_offset") <= F.col("applied_offset")).alias("events_at_or_below"),
+        )
     )
-    rows = (
-        stats.join(progress.select(*PART, "applied_offset", "events_applied", "in_flight_run"), list(PART), "left")
-        .join(below, list(PART), "left")
-        .collect()
-    )
+    rows = stats.join(progress.select(*PART, "applied_offset", "events_applied", "in_flight_run"), list(PART), "left")
     plan = []
-    for r in rows:
+    for r in rows.collect():
         if full_refresh:
             mode, why = "full", "full refresh"
         elif r["applied_offset"] is None:
@@ -179,7 +204,19 @@ def _plan(spark: SparkSession, tables: Tables, events: DataFrame, full_refresh: 
     return plan
 
 
-def _state(spark: SparkSession, tables: Tables, incremental: DataFrame) -> DataFrame:
+def _replay_predicate(plan: list[dict[str, Any]]) -> str:
+    """The events the plan replays: every event of a recomputed partition, those after the applied
+    offset of an incremental one. Over partition columns first, so silver and bronze prune files."""
+    full = [(p["cluster"], p["offsets_partition"]) for p in plan if p["mode"] == "full"]
+    terms = [f"({partitions_predicate(full)})"] if full else []
+    for p in plan:
+        if p["mode"] != "full":
+            one = partitions_predicate([(p["cluster"], p["offsets_partition"])])
+            terms.append(f"({one} AND record_offset > {int(p['from_offset'])})")
+    return " OR ".join(terms) or "false"
+
+
+def _state(spark: SparkSession, tables: Tables, incremental: str) -> DataFrame:
     """Persisted gold rows of the incrementally processed partitions, as JSON payloads."""
     from pyspark.sql import functions as F
 
@@ -189,7 +226,7 @@ def _state(spark: SparkSession, tables: Tables, incremental: DataFrame) -> DataF
         ("pending_transactions", "pending"),
         ("current_groups", "group"),
     ):
-        df = spark.read.format("delta").load(tables.path("gold", table)).join(incremental, list(PART), "left_semi")
+        df = spark.read.format("delta").load(tables.path("gold", table)).where(incremental)
         df = df.select(
             *PART,
             F.lit(kind).alias("row_kind"),
@@ -197,7 +234,7 @@ def _state(spark: SparkSession, tables: Tables, incremental: DataFrame) -> DataF
         )
         out = df if out is None else out.unionByName(df)
     progress = spark.read.format("delta").load(tables.path("gold", "partition_progress"))
-    prog = progress.join(incremental, list(PART), "left_semi").select(
+    prog = progress.where(incremental).select(
         *PART,
         F.lit("progress").alias("row_kind"),
         F.to_json(F.struct("applied_offset"), {"ignoreNullFields": "false"}).alias("payload"),
@@ -266,7 +303,8 @@ def _merge(
     from delta.tables import DeltaTable
 
     recomputed = [p for p in processed if p["mode"] == "full"]
-    cond = " AND ".join(f"t.{k} <=> s.{k}" for k in key)
+    # the target side restricted to the processed partitions: Delta then reads only their files
+    cond = " AND ".join(f"t.{k} <=> s.{k}" for k in key) + f" AND ({target_partitions(processed)})"
     merge = DeltaTable.forPath(spark, tables.path("gold", table)).alias("t").merge(rows.alias("s"), cond)
     if replace_all:
         merge = merge.whenMatchedUpdateAll().whenNotMatchedInsertAll()
@@ -291,30 +329,25 @@ def run_gold(
         tables.ensure("gold", t)
     tables.ensure_views("gold")
     result = GoldResult(mode="full refresh" if full_refresh else "incremental")
-    events = events_frame(spark, tables).persist()
+    plan = _plan(spark, tables, full_refresh)
+    if not plan:
+        return result
+    result.partitions_recomputed = sum(p["mode"] == "full" for p in plan)
+    result.partitions_incremental = len(plan) - result.partitions_recomputed
+    result.recomputed = [f"{p['cluster']}/{p['offsets_partition']}: {p['why']}" for p in plan if p["mode"] == "full"]
+    plan_df = spark.createDataFrame(
+        [(p["cluster"], p["offsets_partition"], p["mode"] == "full") for p in plan],
+        "cluster string, offsets_partition int, recomputed boolean",
+    )
+    todo = events_frame(spark, tables, _replay_predicate(plan)).persist()
     try:
-        plan = _plan(spark, tables, events, full_refresh)
-        if not plan:
-            return result
-        result.partitions_recomputed = sum(p["mode"] == "full" for p in plan)
-        result.partitions_incremental = len(plan) - result.partitions_recomputed
-        result.recomputed = [
-            f"{p['cluster']}/{p['offsets_partition']}: {p['why']}" for p in plan if p["mode"] == "full"
-        ]
-        plan_df = spark.createDataFrame(
-            [(p["cluster"], p["offsets_partition"], p["mode"], p["from_offset"]) for p in plan],
-            "cluster string, offsets_partition int, mode string, from_offset bigint",
-        )
-        todo = events.join(F.broadcast(plan_df), list(PART)).where(
-            (F.col("mode") == "full") | (F.col("record_offset") > F.col("from_offset"))
-        )
-        todo = todo.select(*events.columns)
-        state = _state(spark, tables, plan_df.where("mode = 'incremental'").select(*PART))
+        incremental = [(p["cluster"], p["offsets_partition"]) for p in plan if p["mode"] != "full"]
+        state = _state(spark, tables, partitions_predicate(incremental))
         out = (
             todo.groupBy(*PART)
             .cogroup(state.groupBy(*PART))
             .applyInArrow(_replay_groups(retention_ms), STATE_COLUMNS)
-            .join(F.broadcast(plan_df.select(*PART, (F.col("mode") == "full").alias("recomputed"))), list(PART))
+            .join(F.broadcast(plan_df), list(PART))
             .persist()
         )
         result.events = todo.count()
@@ -359,7 +392,7 @@ def run_gold(
         _upsert_progress(spark, tables, plan, run_id, in_flight=False)
         out.unpersist()
     finally:
-        events.unpersist()
+        todo.unpersist()
     return result
 
 
@@ -388,7 +421,7 @@ def _merge_history(
         )
         closers = (
             target.toDF()
-            .where("valid_to_offset IS NULL")
+            .where(f"({partitions_predicate(incremental)}) AND valid_to_offset IS NULL")
             .join(opening, key)
             .where(F.col("valid_from_offset") < F.col("to_offset"))
             .select(
@@ -406,7 +439,10 @@ def _merge_history(
     recomputed = [p for p in plan if p["mode"] == "full"]
     (
         target.alias("t")
-        .merge(source.alias("s"), " AND ".join(f"t.{k} = s.{k}" for k in [*key, "valid_from_offset"]))
+        .merge(
+            source.alias("s"),
+            " AND ".join(f"t.{k} = s.{k}" for k in [*key, "valid_from_offset"]) + f" AND ({target_partitions(plan)})",
+        )
         .whenMatchedUpdate(
             "s.closer",
             set={c: f"s.{c}" for c in ("valid_to_offset", "valid_to_timestamp", "updated_run_id")},

@@ -21,16 +21,16 @@ if TYPE_CHECKING:
 PART = ["cluster", "offsets_partition"]
 
 
-def _silver(spark: SparkSession, tables: Tables, table: str, parts: DataFrame) -> DataFrame | None:
+def _silver(spark: SparkSession, tables: Tables, table: str, parts: str) -> DataFrame | None:
     from delta.tables import DeltaTable
 
     path = tables.path("silver", table)
     if not DeltaTable.isDeltaTable(spark, path):
         return None
-    return spark.read.format("delta").load(path).join(parts, PART, "left_semi")
+    return spark.read.format("delta").load(path).where(parts)  # partition columns: files pruned
 
 
-def generations_frame(spark: SparkSession, tables: Tables, parts: DataFrame) -> DataFrame | None:
+def generations_frame(spark: SparkSession, tables: Tables, parts: str) -> DataFrame | None:
     """One row per classic group generation: from the first group record carrying it to the next
     record with another generation, or the group's tombstone; members and assignment from the
     generation's last record (the one written after SyncGroup carries the assignments)."""
@@ -126,7 +126,7 @@ def _member_type() -> str:
     )
 
 
-def consumer_members_frame(spark: SparkSession, tables: Tables, parts: DataFrame) -> DataFrame | None:
+def consumer_members_frame(spark: SparkSession, tables: Tables, parts: str) -> DataFrame | None:
     """Current members of KIP-848 consumer groups: the latest member metadata (type 5), target
     assignment (type 7) and current assignment (type 8) of every (group, member) whose latest
     record of that type is not a tombstone — the coordinator's compaction, done by window."""
@@ -202,7 +202,7 @@ def merge_replacing(
     (
         DeltaTable.forPath(spark, tables.path("gold", table))
         .alias("t")
-        .merge(rows.alias("s"), " AND ".join(f"t.{k} <=> s.{k}" for k in key))
+        .merge(rows.alias("s"), " AND ".join(f"t.{k} <=> s.{k}" for k in key) + f" AND ({target_partitions(plan)})")
         .whenMatchedUpdate(changed, set={c: f"s.{c}" for c in columns})
         .whenNotMatchedInsert(values={c: f"s.{c}" for c in columns})
         .whenNotMatchedBySourceDelete(target_partitions(plan))
@@ -214,9 +214,7 @@ def run_groups(spark: SparkSession, tables: Tables, plan: list[dict[str, Any]], 
     """Recompute and MERGE the group tables of the plan's partitions; returns rows per table."""
     from pyspark.sql import functions as F
 
-    parts = spark.createDataFrame(
-        [(p["cluster"], p["offsets_partition"]) for p in plan], "cluster string, offsets_partition int"
-    )
+    parts = partitions_predicate([(p["cluster"], p["offsets_partition"]) for p in plan])
     counts = {}
     for table, frame, key in (
         ("group_generations", generations_frame, [*PART, "group_id", "started_offset"]),

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pipelines.codec.partitioner import partition_for
-from pipelines.silver.decode import RECORD_TABLES
+from pipelines.silver.decode import QUALITY_REASON, RECORD_TABLES
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -21,7 +21,6 @@ if TYPE_CHECKING:
 
 # silver tables with one row per bronze record (group_members has one per member)
 SILVER_RECORD_TABLES = RECORD_TABLES
-QUALITY_REASON = "quality:"
 
 
 @dataclass

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipelines.quality.frames import Frame, Inputs, load_frame
+from pipelines.quality.frames import QUALITY_REASON, Frame, Inputs, load_frame
 from pipelines.quality.results import FAILED, NOT_EVALUATED, QUARANTINED, Outcome, action_for, write_results
 from pipelines.quality.suites import LAYERS, Suite, Suites, load_suites, resolve_policy, violation_predicate
 
@@ -217,8 +217,8 @@ def run_quality(
                 for o, predicate in to_q:
                     keys = quarantine.offender_keys(frame.df, suite.key, predicate)
                     detail = f"{o.suite}.{o.expectation} ({o.expectation_type} {o.details.get('kwargs')})"
-                    reason = f"quality:{o.suite}.{o.expectation}"
-                    offenders.append(quarantine.Offenders(reason, detail, f"quality:{suite.version}", keys))
+                    reason = f"{QUALITY_REASON}{o.suite}.{o.expectation}"
+                    offenders.append(quarantine.Offenders(reason, detail, f"{QUALITY_REASON}{suite.version}", keys))
                     counted.append((o, keys))
         for o, keys in counted:
             o.quarantined_rows = keys.count()

@@ -59,6 +59,17 @@ def _sql_str(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+def _same_location(a: str, b: str) -> bool:
+    def norm(p: str) -> str:
+        for scheme in ("file://", "file:"):
+            if p.startswith(scheme):
+                p = p[len(scheme) :]
+                break
+        return p.rstrip("/")
+
+    return norm(a) == norm(b)
+
+
 def load_specs(root: Path | None = None) -> dict[str, dict[str, TableSpec]]:
     """layer -> table name -> spec."""
     root = (root or schemas_dir()) / "tables"
@@ -143,6 +154,10 @@ class Tables:
         spec = self.spec(layer, table)
         name = self.name(layer, table)
         self.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {self.schema_names[layer]}")
+        if self.spark.catalog.tableExists(name) and not _same_location(self._location(name), self.path(layer, table)):
+            # registered by another lakehouse root earlier in this session: the name must follow
+            # this root (the catalog is in-memory and the table external, so no data is dropped)
+            self.spark.sql(f"DROP TABLE {name}")
         parts = f" PARTITIONED BY ({', '.join(spec.partitioned_by)})" if spec.partitioned_by else ""
         props = {"delta.appendOnly": "false", **spec.properties}
         tblprops = ", ".join(f"{_sql_str(k)} = {_sql_str(v)}" for k, v in props.items())
@@ -151,6 +166,10 @@ class Tables:
             f"LOCATION {_sql_str(self.path(layer, table))} COMMENT {_sql_str(spec.comment)} TBLPROPERTIES ({tblprops})"
         )
         return name
+
+    def _location(self, name: str) -> str:
+        rows = self.spark.sql(f"DESCRIBE TABLE EXTENDED {name}").where("col_name = 'Location'").collect()
+        return rows[0]["data_type"] if rows else ""
 
     def ensure_layer(self, layer: str) -> list[str]:
         return [self.ensure(layer, t) for t in self.specs.get(layer, {})]

@@ -42,6 +42,7 @@ from pipelines.silver.decode import (
     INPUT_COLUMNS,
     MEMBER_TABLE,
     MEMBERS,
+    QUALITY_REASON,
     RECORD_TABLES,
     DecodePlan,
     build_plan,
@@ -803,7 +804,7 @@ def redecode_quarantine(spark: SparkSession, tables: Tables, run_id: str) -> Sil
     quarantine = _silver(spark, tables, "quarantine")
     if quarantine is not None:
         # records a quality rule moved there decode fine: they stay (pipelines/quality/quarantine.py)
-        quarantine = quarantine.where(~F.col("reason").startswith("quality:"))
+        quarantine = quarantine.where(~F.col("reason").startswith(QUALITY_REASON))
     progress = last_progress(spark, tables)
     if quarantine is None or progress is None or progress["bronze_version"] is None:
         result.notes.append("nothing quarantined (or silver never completed a run)")

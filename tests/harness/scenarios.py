@@ -172,6 +172,16 @@ class Harness:
                 return
         raise ScenarioError(f"timed out after {timeout:.0f} s waiting for {what}")
 
+    def offsets_gone(self, group: str) -> Callable[[], TruthSnapshot | None]:
+        """Condition for :meth:`wait`: the group's snapshot once it holds no committed offset."""
+
+        def cond() -> TruthSnapshot | None:
+            snap = self.snapshot([group])
+            g = snap.group(group)
+            return snap if not g.exists or not g.offsets else None
+
+        return cond
+
     def assigned(self, consumers: list[Consumer], total: int) -> Callable[[], bool]:
         """All ``total`` partitions assigned across the consumers, each consumer holding some."""
 
@@ -379,12 +389,7 @@ def expiry_start(h: Harness) -> dict[str, Any]:
 def expiry_finish(h: Harness, started: dict[str, Any], timeout: float = 180.0) -> ScenarioResult:
     group = started["group"]
 
-    def expired() -> TruthSnapshot | None:
-        snap = h.snapshot([group])
-        g = snap.group(group)
-        return snap if not g.exists or not g.offsets else None
-
-    final = h.wait(expired, f"offsets of {group} to expire", timeout=timeout, every=2.0)
+    final = h.wait(h.offsets_gone(group), f"offsets of {group} to expire", timeout=timeout, every=2.0)
     return ScenarioResult(
         "offset_expiry",
         [group],
@@ -450,12 +455,7 @@ def topic_recreated(h: Harness) -> ScenarioResult:
     before = h.snapshot([group])
     h.delete_topic(topic)
 
-    def offsets_gone() -> TruthSnapshot | None:
-        snap = h.snapshot([group])
-        g = snap.group(group)
-        return snap if not g.exists or not g.offsets else None
-
-    deleted = h.wait(offsets_gone, "offsets of the deleted topic to be removed", timeout=60, every=1.0)
+    deleted = h.wait(h.offsets_gone(group), "offsets of the deleted topic to be removed", timeout=60, every=1.0)
     h.create_topic(topic, 1)
     c = h.consumer(group, "tr2")
     c.assign([TopicPartition(topic, 0)])

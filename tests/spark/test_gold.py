@@ -28,7 +28,11 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def expected(root: Path) -> dict:
-    exp = json.loads((root / "expected-state.json").read_text())
+    return expected_from(json.loads((root / "expected-state.json").read_text()))
+
+
+def expected_from(exp: dict) -> dict:
+    """The comparable part of a reference snapshot (or the generator's expected state)."""
     return {
         "live": {(o["group"], o["topic"], o["partition"]): (o["offset"], o["metadata"]) for o in exp["offsets"]},
         "deleted": {
