@@ -57,7 +57,7 @@ def test_random_splits_replays_and_late_files_equal_the_reference(spark, log, tm
     files = sorted(log.glob("__consumer_offsets-*/*.log"))
     assert len(files) >= 9, "too few segments to split"
     order = data.draw(st.permutations(files), label="arrival order")
-    cuts = data.draw(st.lists(st.integers(1, len(files) - 1), min_size=1, max_size=3, unique=True), label="cuts")
+    cuts = data.draw(st.lists(st.integers(1, len(files) - 1), min_size=1, max_size=2, unique=True), label="cuts")
     bounds = [0, *sorted(cuts), len(files)]
     runs = [order[lo:hi] for lo, hi in itertools.pairwise(bounds)]
     tables = fresh_tables(spark, tmp_path / "lakehouse")

@@ -1,5 +1,6 @@
 """Silver from generated logs of two clusters: reconciliation by record, incremental runs through
-the change data feed, re-runs that change nothing, full refresh equal to incremental.
+the change data feed, re-runs that change nothing, full refresh equal to incremental; gold keeps
+the two clusters' same-named groups apart.
 
 One lakehouse is built once for the module (bronze and silver runs are the expensive part):
 cluster ``a`` arrives in two bronze runs (half its partitions first), cluster ``b`` — another
@@ -181,6 +182,18 @@ def test_two_clusters_with_the_same_group_names_stay_apart(spark, lake, logs) ->
         assert got == commits_of(logs[cluster])
     groups = {c: {r[0] for r in df.where(f"cluster = '{c}'").select("group_id").distinct().collect()} for c in "ab"}
     assert groups["a"] & groups["b"], "the two logs share group names"
+    # gold too: each cluster's current offsets are its own log's expected state
+    from pipelines.gold.build import run_gold
+
+    tables = lake["tables"]
+    run_gold(spark, tables, "gold-two-clusters")
+    live = spark.read.format("delta").load(tables.path("gold", "current_offsets")).where("NOT deleted").collect()
+    for cluster in ("a", "b"):
+        exp = json.loads((logs[cluster] / "expected-state.json").read_text())
+        want = {(o["group"], o["topic"], o["partition"]): o["offset"] for o in exp["offsets"]}
+        mine = [r for r in live if r["cluster"] == cluster]
+        got = {(r["group_id"], r["topic"], r["partition"]): r["committed_offset"] for r in mine}
+        assert got == want, cluster
 
 
 def test_values_match_the_reference_replay(spark, lake, logs) -> None:
