@@ -23,6 +23,9 @@ from __future__ import annotations
 
 import json
 import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -61,6 +64,14 @@ class GoldResult:
     recomputed: list[str] = field(default_factory=list)
     derived_rows: dict[str, int] = field(default_factory=dict)  # group tables recomputed this run
     purged: int = 0  # soft-deleted current_offsets rows past their retention, removed
+    seconds: dict[str, float] = field(default_factory=dict)  # wall time per step, for operators and benchmarks
+
+    @contextmanager
+    def step(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        yield
+        self.seconds[name] = round(time.perf_counter() - start, 1)
+        log.info("gold: %s took %.1f s", name, self.seconds[name])
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -329,7 +340,8 @@ def run_gold(
         tables.ensure("gold", t)
     tables.ensure_views("gold")
     result = GoldResult(mode="full refresh" if full_refresh else "incremental")
-    plan = _plan(spark, tables, full_refresh)
+    with result.step("plan"):
+        plan = _plan(spark, tables, full_refresh)
     if not plan:
         return result
     result.partitions_recomputed = sum(p["mode"] == "full" for p in plan)
@@ -350,7 +362,9 @@ def run_gold(
             .join(F.broadcast(plan_df), list(PART))
             .persist()
         )
-        result.events = todo.count()
+        with result.step("read events and replay"):
+            result.events = todo.count()
+            out.count()
 
         def rows(kind: str, table: str) -> DataFrame:
             spec = tables.spec("gold", table)
@@ -367,25 +381,31 @@ def run_gold(
         _upsert_progress(spark, tables, plan, run_id, in_flight=True)
         faults.point("gold.before_merge")
         offsets = rows("offset", "current_offsets")
-        _merge(spark, tables, "current_offsets", offsets, [*PART, "group_id", "topic", "partition"], plan, False)
+        with result.step("MERGE current_offsets"):
+            _merge(spark, tables, "current_offsets", offsets, [*PART, "group_id", "topic", "partition"], plan, False)
         faults.point("gold.between_merges")
         pending = rows("pending", "pending_transactions").drop("recomputed", "updated_run_id")
-        _merge(
-            spark,
-            tables,
-            "pending_transactions",
-            pending,
-            [*PART, "producer_id", "group_id", "topic", "partition"],
-            plan,
-            True,
-        )
+        with result.step("MERGE pending_transactions"):
+            _merge(
+                spark,
+                tables,
+                "pending_transactions",
+                pending,
+                [*PART, "producer_id", "group_id", "topic", "partition"],
+                plan,
+                True,
+            )
         groups = rows("group", "current_groups")
-        _merge(spark, tables, "current_groups", groups, [*PART, "group_id", "protocol"], plan, False)
+        with result.step("MERGE current_groups"):
+            _merge(spark, tables, "current_groups", groups, [*PART, "group_id", "protocol"], plan, False)
         history = rows("history", "offset_history").drop("recomputed")
-        _merge_history(spark, tables, history, plan, run_id)
-        result.derived_rows = run_groups(spark, tables, plan, run_id)
+        with result.step("MERGE offset_history"):
+            _merge_history(spark, tables, history, plan, run_id)
+        with result.step("group_generations and consumer_group_members"):
+            result.derived_rows = run_groups(spark, tables, plan, run_id)
         if soft_delete_retention_days is not None:
-            result.purged = _purge_deleted(spark, tables, todo, soft_delete_retention_days)
+            with result.step("purge soft deletes"):
+                result.purged = _purge_deleted(spark, tables, todo, soft_delete_retention_days)
         result.offsets_rows = offsets.count()
         result.pending_rows = pending.count()
         result.group_rows = groups.count()

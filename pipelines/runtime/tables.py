@@ -158,14 +158,30 @@ class Tables:
             # registered by another lakehouse root earlier in this session: the name must follow
             # this root (the catalog is in-memory and the table external, so no data is dropped)
             self.spark.sql(f"DROP TABLE {name}")
-        parts = f" PARTITIONED BY ({', '.join(spec.partitioned_by)})" if spec.partitioned_by else ""
+        path = self.path(layer, table)
         props = {"delta.appendOnly": "false", **spec.properties}
+        if self._exists(path):
+            # Delta keeps schema and properties in its log: register as is, then add properties a
+            # newer declaration asks for (an existing lakehouse picks them up on its next run)
+            self.spark.sql(f"CREATE TABLE IF NOT EXISTS {name} USING DELTA LOCATION {_sql_str(path)}")
+            have = self.spark.sql(f"DESCRIBE DETAIL {name}").collect()[0]["properties"] or {}
+            missing = {k: v for k, v in props.items() if have.get(k, "false" if k == "delta.appendOnly" else None) != v}
+            if missing:
+                sets = ", ".join(f"{_sql_str(k)} = {_sql_str(v)}" for k, v in missing.items())
+                self.spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ({sets})")
+            return name
+        parts = f" PARTITIONED BY ({', '.join(spec.partitioned_by)})" if spec.partitioned_by else ""
         tblprops = ", ".join(f"{_sql_str(k)} = {_sql_str(v)}" for k, v in props.items())
         self.spark.sql(
             f"CREATE TABLE IF NOT EXISTS {name} ({spec.ddl_columns()}) USING DELTA{parts} "
-            f"LOCATION {_sql_str(self.path(layer, table))} COMMENT {_sql_str(spec.comment)} TBLPROPERTIES ({tblprops})"
+            f"LOCATION {_sql_str(path)} COMMENT {_sql_str(spec.comment)} TBLPROPERTIES ({tblprops})"
         )
         return name
+
+    def _exists(self, path: str) -> bool:
+        from delta.tables import DeltaTable
+
+        return DeltaTable.isDeltaTable(self.spark, path)
 
     def _location(self, name: str) -> str:
         rows = self.spark.sql(f"DESCRIBE TABLE EXTENDED {name}").where("col_name = 'Location'").collect()

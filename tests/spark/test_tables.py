@@ -1,0 +1,32 @@
+"""Tables.ensure on existing lakehouses: a name follows the root of the Tables that ensures it,
+and properties a newer declaration adds reach tables created before it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from pipelines.runtime.tables import Tables
+
+
+def test_a_name_follows_the_root_that_ensures_it(spark, tmp_path) -> None:
+    first, second = Tables(spark, str(tmp_path / "one")), Tables(spark, str(tmp_path / "two"))
+    first.ensure("gold", "partition_progress")
+    spark.sql("INSERT INTO gold.partition_progress VALUES ('c', 1, 5, 5, 'r', false, NULL)")
+    second.ensure("gold", "partition_progress")
+    assert spark.sql("SELECT count(*) AS n FROM gold.partition_progress").collect()[0]["n"] == 0
+    first.ensure("gold", "partition_progress")
+    assert spark.sql("SELECT count(*) AS n FROM gold.partition_progress").collect()[0]["n"] == 1
+
+
+def test_properties_added_to_a_declaration_reach_existing_tables(spark, tmp_path) -> None:
+    tables = Tables(spark, str(tmp_path / "lake"))
+    tables.ensure("gold", "partition_progress")
+    spec = tables.specs["gold"]["partition_progress"]
+    newer = dataclasses.replace(spec, properties={**spec.properties, "delta.logRetentionDuration": "interval 60 days"})
+    tables.specs["gold"]["partition_progress"] = newer
+    tables.ensure("gold", "partition_progress")
+    props = spark.sql("DESCRIBE DETAIL gold.partition_progress").collect()[0]["properties"]
+    assert props.get("delta.logRetentionDuration") == "interval 60 days"
+    version = spark.sql("DESCRIBE HISTORY gold.partition_progress").collect()[0]["version"]
+    tables.ensure("gold", "partition_progress")  # nothing left to add: no new version
+    assert spark.sql("DESCRIBE HISTORY gold.partition_progress").collect()[0]["version"] == version
