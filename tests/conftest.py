@@ -33,6 +33,11 @@ def real_dir() -> Path:
     return real_segments_dir()
 
 
+# The longest modules of the xdist tiers (measured, docs/testing.md), longest first. xdist hands
+# whole modules to workers in collection order; starting the long ones first keeps one worker
+# from being left with a long module at the end while the other idles.
+_LONGEST_FIRST = ("test_silver_generated", "test_gold", "test_gold_splits", "test_bronze_segments")
+
 _TIER_DIRS = {"spark": "spark", "kafka": "kafka", "kafkatools": "kafkatools", "e2e": "e2e", "long": "long"}
 
 
@@ -42,3 +47,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         parts = Path(str(item.fspath)).relative_to(REPO / "tests").parts
         if parts and parts[0] in _TIER_DIRS:
             item.add_marker(getattr(pytest.mark, _TIER_DIRS[parts[0]]))
+
+    def rank(item: pytest.Item) -> int:
+        name = Path(str(item.fspath)).stem
+        return _LONGEST_FIRST.index(name) if name in _LONGEST_FIRST else len(_LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: within a module, and among the rest, the collected order stays

