@@ -36,7 +36,17 @@ def real_dir() -> Path:
 # The longest modules of the xdist tiers (measured, docs/testing.md), longest first. xdist hands
 # whole modules to workers in collection order; starting the long ones first keeps one worker
 # from being left with a long module at the end while the other idles.
-_LONGEST_FIRST = ("test_silver_generated", "test_gold", "test_gold_splits", "test_bronze_segments")
+_LONGEST_FIRST = (
+    "test_silver_generated",
+    "test_gold",
+    "test_gold_splits",
+    "test_bronze_segments",
+    "test_quality_pipeline",
+    "test_cli_errors",
+    "test_bronze_s3",
+    "test_silver_quarantine",
+    "test_silver_real",
+)
 
 _TIER_DIRS = {"spark": "spark", "kafka": "kafka", "kafkatools": "kafkatools", "e2e": "e2e", "long": "long"}
 
