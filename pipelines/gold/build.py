@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pipelines.gold.groups import run_groups, target_partitions
+from pipelines.gold.groups import merge_condition, run_groups, target_partitions
 from pipelines.reference.replay import DEFAULT_RETENTION_MS
 from pipelines.runtime import faults
 from pipelines.runtime.tables import partitions_predicate
@@ -177,16 +177,16 @@ def _plan(spark: SparkSession, tables: Tables, full_refresh: bool) -> list[dict[
     if positions is None:
         return []
     progress = spark.read.format("delta").load(tables.path("gold", "partition_progress"))
-    stats = (
-        positions.join(F.broadcast(progress.select(*PART, "applied_offset")), list(PART), "left")
-        .groupBy(*PART)
+    stored = ["applied_offset", "events_applied", "in_flight_run"]  # one progress row per partition
+    rows = (
+        positions.join(F.broadcast(progress.select(*PART, *stored)), list(PART), "left")
+        .groupBy(*PART, *stored)
         .agg(
             F.count("*").alias("events"),
             F.max("record_offset").alias("max_offset"),
             F.count_if(F.col("record_offset") <= F.col("applied_offset")).alias("events_at_or_below"),
         )
     )
-    rows = stats.join(progress.select(*PART, "applied_offset", "events_applied", "in_flight_run"), list(PART), "left")
     plan = []
     for r in rows.collect():
         if full_refresh:
@@ -314,9 +314,8 @@ def _merge(
     from delta.tables import DeltaTable
 
     recomputed = [p for p in processed if p["mode"] == "full"]
-    # the target side restricted to the processed partitions: Delta then reads only their files
-    cond = " AND ".join(f"t.{k} <=> s.{k}" for k in key) + f" AND ({target_partitions(processed)})"
-    merge = DeltaTable.forPath(spark, tables.path("gold", table)).alias("t").merge(rows.alias("s"), cond)
+    target = DeltaTable.forPath(spark, tables.path("gold", table)).alias("t")
+    merge = target.merge(rows.alias("s"), merge_condition(key, processed))
     if replace_all:
         merge = merge.whenMatchedUpdateAll().whenNotMatchedInsertAll()
         merge = merge.whenNotMatchedBySourceDelete(target_partitions(processed))
@@ -459,10 +458,7 @@ def _merge_history(
     recomputed = [p for p in plan if p["mode"] == "full"]
     (
         target.alias("t")
-        .merge(
-            source.alias("s"),
-            " AND ".join(f"t.{k} = s.{k}" for k in [*key, "valid_from_offset"]) + f" AND ({target_partitions(plan)})",
-        )
+        .merge(source.alias("s"), merge_condition([*key, "valid_from_offset"], plan, op="="))
         .whenMatchedUpdate(
             "s.closer",
             set={c: f"s.{c}" for c in ("valid_to_offset", "valid_to_timestamp", "updated_run_id")},

@@ -190,6 +190,12 @@ def target_partitions(plan: list[dict[str, Any]]) -> str:
     return partitions_predicate([(p["cluster"], p["offsets_partition"]) for p in plan], prefix="t.")
 
 
+def merge_condition(key: list[str], plan: list[dict[str, Any]], op: str = "<=>") -> str:
+    """MERGE condition: the key columns equal, and the target side restricted to the plan's
+    partitions (so Delta reads and rewrites only their files)."""
+    return " AND ".join(f"t.{k} {op} s.{k}" for k in key) + f" AND ({target_partitions(plan)})"
+
+
 def merge_replacing(
     spark: SparkSession, tables: Tables, table: str, rows: DataFrame, key: list[str], plan: list[dict[str, Any]]
 ) -> None:
@@ -202,7 +208,7 @@ def merge_replacing(
     (
         DeltaTable.forPath(spark, tables.path("gold", table))
         .alias("t")
-        .merge(rows.alias("s"), " AND ".join(f"t.{k} <=> s.{k}" for k in key) + f" AND ({target_partitions(plan)})")
+        .merge(rows.alias("s"), merge_condition(key, plan))
         .whenMatchedUpdate(changed, set={c: f"s.{c}" for c in columns})
         .whenNotMatchedInsert(values={c: f"s.{c}" for c in columns})
         .whenNotMatchedBySourceDelete(target_partitions(plan))
