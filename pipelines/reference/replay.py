@@ -16,6 +16,13 @@ Deleted offsets are remembered with the position of the tombstone and an inferre
 cause: ``group_deletion`` (a group tombstone for the same group in the same batch),
 ``expiry`` (retention had elapsed by the tombstone's timestamp, spec 12.5), else
 ``explicit_delete`` (admin OffsetDelete, topic deletion, ...).
+
+Groups (spec 12.3): a group exists while it has a live group metadata record (classic type 2,
+consumer 3, share 11, streams 17) or, without one, while it has live or pending offsets — the
+"simple" (offsets-only) group the coordinator creates when it replays an offset commit of an
+unknown group, listed as a classic group in state Empty with an empty protocol type. An
+offsets-only group whose last offset is deleted is remembered as deleted, with that offset's
+cause (``transaction_aborted`` when only aborted pending offsets held it).
 """
 
 from __future__ import annotations
@@ -32,6 +39,13 @@ from pipelines.inspect import iter_segment
 
 OFFSET_TYPES = (0, 1)
 GROUP_TOMBSTONE_TYPES = (2, 3, 11, 17)  # classic, consumer, share, streams group records
+# group metadata record type -> the group type Kafka lists (GroupType) and, for the new
+# protocols, the protocol type it reports
+GROUP_TYPES = {2: "classic", 3: "consumer", 11: "share", 17: "streams"}
+# consumer-group member records (spec 12.7): member metadata and current assignment make a member
+CONSUMER_MEMBER_TYPES = (5, 8)
+SHARE_MEMBER_TYPE = 10
+STABLE_MEMBER = 0  # ConsumerGroupCurrentMemberAssignmentValue.State
 DEFAULT_RETENTION_MS = 7 * 24 * 3600 * 1000
 
 
@@ -83,6 +97,30 @@ class ReplayState:
     deleted_offsets: dict[tuple[str, str, int], Deleted] = field(default_factory=dict)
     applied: dict[int, int] = field(default_factory=dict)  # partition -> last applied offset
     undecodable: int = 0
+    # offsets-only ("simple") groups: group -> (offsets partition, position it appeared at)
+    simple_groups: dict[str, tuple[int, int]] = field(default_factory=dict)
+    deleted_simple_groups: dict[str, Deleted] = field(default_factory=dict)
+    # group -> its live offset keys: whether a group still has offsets, without a scan
+    group_offsets: dict[str, set[tuple[str, str, int]]] = field(default_factory=dict)
+
+    def set_offset(self, okey: tuple[str, str, int], entry: Committed) -> None:
+        self.offsets[okey] = entry
+        self.group_offsets.setdefault(okey[0], set()).add(okey)
+
+    def drop_offset(self, okey: tuple[str, str, int]) -> Committed | None:
+        keys = self.group_offsets.get(okey[0])
+        if keys is not None:
+            keys.discard(okey)
+            if not keys:
+                del self.group_offsets[okey[0]]
+        return self.offsets.pop(okey, None)
+
+    def has_metadata(self, group: str) -> bool:
+        return any((t, (group,)) in self.records for t in GROUP_TYPES)
+
+    def has_offsets(self, group: str) -> bool:
+        """Live committed offsets, or transactional offsets still pending."""
+        return group in self.group_offsets or any(k[0] == group for p in self.pending.values() for k in p)
 
 
 def _offset_key(key: dict[str, Any]) -> tuple[str, str, int]:
@@ -97,6 +135,7 @@ class Replay:
     def __init__(self, retention_ms: int = DEFAULT_RETENTION_MS) -> None:
         self.retention_ms = retention_ms
         self.state = ReplayState()
+        self._batch_causes: dict[str, str] = {}
 
     # -- applying ---------------------------------------------------------------------------
     def apply_batch(self, entries: list[Entry]) -> None:
@@ -108,8 +147,29 @@ class Replay:
             for e in entries
             if e.value is None and not e.is_control and e.record_type in GROUP_TOMBSTONE_TYPES and e.key
         }
+        self._batch_causes: dict[str, str] = {}  # group -> cause of its last offset deleted in this batch
+        touched = {_group_of(e.record_type, e.key) for e in entries if not e.is_control and e.key}
+        for e in entries:
+            if e.is_control:  # a marker settles the pending offsets of its producer's groups
+                touched.update(k[0] for k in self.state.pending.get((e.partition, e.producer_id), {}))
         for e in entries:
             self._apply(e, group_tombstones)
+        self._settle_simple_groups(touched, entries[-1])
+
+    def _settle_simple_groups(self, groups: set[str], last: Entry) -> None:
+        """After a batch: which of ``groups`` exist through their offsets alone (spec 12.3)."""
+        st = self.state
+        for g in sorted(groups):
+            now = st.has_offsets(g) and not st.has_metadata(g)
+            if now and g not in st.simple_groups:
+                st.simple_groups[g] = (last.partition, last.offset)
+                st.deleted_simple_groups.pop(g, None)
+            elif not now and g in st.simple_groups:
+                del st.simple_groups[g]
+                if st.has_metadata(g):
+                    continue  # a group record took over: the group lives on as that group
+                cause = self._batch_causes.get(g, "transaction_aborted")
+                st.deleted_simple_groups[g] = Deleted(last.partition, last.offset, last.timestamp, cause, None)
 
     def _apply(self, e: Entry, group_tombstones: set[str]) -> None:
         st = self.state
@@ -136,22 +196,20 @@ class Replay:
         st = self.state
         okey = _offset_key(e.key)  # type: ignore[arg-type]
         if e.value is None:
-            previous = st.offsets.pop(okey, None)
+            previous = st.drop_offset(okey)
             for pend in st.pending.values():
                 pend.pop(okey, None)
+            cause = self._cause(okey, e, previous, group_tombstones)
             st.deleted_offsets[okey] = Deleted(
-                e.partition,
-                e.offset,
-                e.timestamp,
-                self._cause(okey, e, previous, group_tombstones),
-                previous.value if previous else None,
+                e.partition, e.offset, e.timestamp, cause, previous.value if previous else None
             )
+            self._batch_causes[okey[0]] = cause
             return
         entry = Committed(e.value, e.value_version or 0, e.partition, e.offset, e.timestamp)
         if e.transactional:
             st.pending.setdefault((e.partition, e.producer_id), {})[okey] = entry
             return
-        st.offsets[okey] = entry
+        st.set_offset(okey, entry)
         st.deleted_offsets.pop(okey, None)
 
     def _marker(self, e: Entry) -> None:
@@ -162,7 +220,7 @@ class Replay:
         for okey, entry in pend.items():
             current = st.offsets.get(okey)
             if current is None or entry.record_offset > current.record_offset:
-                st.offsets[okey] = entry
+                st.set_offset(okey, entry)
                 st.deleted_offsets.pop(okey, None)
 
     def _cause(self, okey: tuple[str, str, int], e: Entry, prev: Committed | None, tombstoned: set[str]) -> str:
@@ -238,8 +296,79 @@ class Replay:
             "consumer_groups": self.new_protocol_groups(3, 5, 6, 7, 8, 16),
             "share_groups": self.new_protocol_groups(11, 10, 12, 13, 14, None),
             "streams_groups": self.new_protocol_groups(17, 19, 20, 21, 22, None),
+            "groups": self.listed_groups(),
+            "deleted_simple_groups": [
+                {
+                    "group": g,
+                    "offsets_partition": d.partition,
+                    "record_offset": d.record_offset,
+                    "timestamp": d.timestamp,
+                    "cause": d.cause,
+                }
+                for g, d in sorted(st.deleted_simple_groups.items())
+            ],
             "applied_offsets": {str(p): o for p, o in sorted(st.applied.items())},
         }
+
+    def listed_groups(self) -> list[dict[str, Any]]:
+        """Every group the coordinator would load, as ``listGroups`` reports it: group id, type,
+        protocol type, state, and why it exists (its metadata record, or offsets alone)."""
+        st = self.state
+        out = []
+        for (rtype, key), (value, _, part, _) in st.records.items():
+            gtype = GROUP_TYPES.get(rtype)
+            if gtype is None:
+                continue
+            group = key[0]
+            if gtype == "classic":
+                protocol_type, state = value["protocol_type"] or "", "Stable" if value["members"] else "Empty"
+            else:
+                protocol_type, state = gtype, self._new_protocol_state(gtype, group, value["epoch"])
+            out.append(
+                {
+                    "group": group,
+                    "type": gtype,
+                    "protocol_type": protocol_type,
+                    "state": state,
+                    "exists_because": "metadata",
+                    "offsets_partition": part,
+                }
+            )
+        for group, (part, _) in st.simple_groups.items():
+            out.append(
+                {
+                    "group": group,
+                    "type": "classic",
+                    "protocol_type": "",
+                    "state": "Empty",
+                    "exists_because": "offsets",
+                    "offsets_partition": part,
+                }
+            )
+        return sorted(out, key=lambda g: (g["group"], g["type"]))
+
+    def _new_protocol_state(self, gtype: str, group: str, epoch: int) -> str | None:
+        """The state the coordinator computes for a loaded group: consumer groups as
+        ``ConsumerGroup`` does (Empty, Assigning, Reconciling, Stable); share groups Empty or
+        Stable; streams groups None (their state also depends on the topology's readiness)."""
+        recs = self.state.records
+        if gtype == "share":
+            return "Stable" if any(t == SHARE_MEMBER_TYPE and k[0] == group for t, k in recs) else "Empty"
+        if gtype != "consumer":
+            return None
+        members = {k[1] for t, k in recs if t in CONSUMER_MEMBER_TYPES and k[0] == group}
+        if not members:
+            return "Empty"
+        target = recs.get((6, (group,)))
+        assignment_epoch = target[0]["assignment_epoch"] if target else 0
+        if epoch > assignment_epoch:
+            return "Assigning"
+        for m in members:
+            current = recs.get((8, (group, m)))
+            value = current[0] if current else {}
+            if value.get("state", STABLE_MEMBER) != STABLE_MEMBER or value.get("member_epoch", 0) != assignment_epoch:
+                return "Reconciling"
+        return "Stable"
 
     def classic_groups(self) -> list[dict[str, Any]]:
         out = []

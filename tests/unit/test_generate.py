@@ -147,3 +147,42 @@ def test_intent_check_catches_disagreement(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setattr(generate_run.Workload, "intent", wrong)
     with pytest.raises(AssertionError, match="disagrees"):
         generate(tmp_path / "x", 2000, seed=1, partitions=5)
+
+
+def test_offsets_only_groups_follow_the_workloads_own_log(generated: Path) -> None:
+    """assign()-only ("standalone") groups are listed while they hold offsets, as Kafka lists them
+    (classic, Empty, empty protocol type) — derived from the workload's event log, not the replay."""
+    with gzip.open(generated / "generator-events.jsonl.gz", "rt") as fh:
+        events = [json.loads(line) for line in fh]
+    lifecycle = ("commit", "reset", "delete_group", "expire", "txn_begin", "txn_commit", "txn_abort")
+    last = {}
+    for e in events:
+        if e["group"].startswith("standalone-") and e["event"] in lifecycle:
+            last[e["group"]] = e["event"]
+    state = json.loads((generated / "expected-state.json").read_text())
+    listed = {g["group"]: g for g in state["groups"]}
+    deleted = {g["group"]: g["cause"] for g in state["deleted_simple_groups"]}
+    committing = {g for g, ev in last.items() if ev == "commit"}
+    gone = {g for g, ev in last.items() if ev in ("delete_group", "expire")}
+    assert committing and gone, "the workload both commits into and removes assign()-only groups"
+    for g in committing:
+        assert listed[g] | {"offsets_partition": 0} == {
+            "group": g,
+            "type": "classic",
+            "protocol_type": "",
+            "state": "Empty",
+            "exists_because": "offsets",
+            "offsets_partition": 0,
+        }
+    assert not gone & set(listed)
+    # ... and remembered as deleted with the cause of the tombstones that removed their offsets
+    # (a group deleted before it committed anything never existed)
+    # (the cause is inferred from the log: an admin deletion after the retention has elapsed since
+    # the last commit is indistinguishable from expiry, spec 12.5)
+    causes = {"expire": {"expiry"}, "delete_group": {"group_deletion", "explicit_delete", "expiry"}}
+    remembered = [g for g in gone if g in deleted]
+    assert remembered
+    assert all(deleted[g] in causes[last[g]] for g in remembered), {g: (last[g], deleted[g]) for g in remembered}
+    # every listed group is a live classic/consumer/share/streams group or holds offsets
+    live_offsets = {o["group"] for o in state["offsets"]} | {p["group"] for p in state["pending_transactions"]}
+    assert {g for g, v in listed.items() if v["exists_because"] == "offsets"} <= live_offsets

@@ -149,3 +149,78 @@ def test_new_protocol_group_view() -> None:
     assert g["members"] == [{"member_id": "m", "metadata": {"client_id": "c"}, "current": {"member_epoch": 4}}]
     r.apply_batch([Entry(0, 4, 2, record_type=3, key=key, value=None)])
     assert r.snapshot()["consumer_groups"] == []  # a type-3 tombstone marks the group as gone
+
+
+def listed(r: Replay) -> dict[str, tuple[str, str, str, str]]:
+    return {g["group"]: (g["type"], g["protocol_type"], g["state"], g["exists_because"]) for g in r.listed_groups()}
+
+
+def test_offsets_only_group_exists_while_it_has_offsets() -> None:
+    # an assign() consumer that commits: Kafka lists a classic group, Empty, empty protocol type
+    r = run([commit(0, 5)])
+    assert listed(r) == {G: ("classic", "", "Empty", "offsets")}
+    # its only offset deleted (admin OffsetDelete): the group is gone, remembered with the cause
+    r.apply_batch([tombstone(1, ts=2000)])
+    assert listed(r) == {}
+    [gone] = r.snapshot()["deleted_simple_groups"]
+    assert (gone["group"], gone["record_offset"], gone["cause"]) == (G, 1, "explicit_delete")
+    # a new commit brings it back
+    r.apply_batch([commit(2, 6)])
+    assert listed(r) == {G: ("classic", "", "Empty", "offsets")} and r.snapshot()["deleted_simple_groups"] == []
+
+
+def test_offsets_only_group_held_by_pending_offsets_until_abort() -> None:
+    r = run([commit(0, 42, pid=7, txn=True)])
+    assert listed(r) == {G: ("classic", "", "Empty", "offsets")}
+    r.apply_batch([marker(1, 7, False)])
+    assert listed(r) == {}
+    assert r.snapshot()["deleted_simple_groups"][0]["cause"] == "transaction_aborted"
+    # a COMMIT marker turns the pending offset into a live one: the group stays
+    r = run([commit(0, 42, pid=7, txn=True)], [marker(1, 7, True)])
+    assert listed(r) == {G: ("classic", "", "Empty", "offsets")}
+
+
+def test_group_record_takes_over_and_its_tombstone_leaves_an_offsets_only_group() -> None:
+    empty = {
+        "protocol_type": "",
+        "generation": 2,
+        "protocol": None,
+        "leader": None,
+        "current_state_timestamp": 10,
+        "members": [],
+    }
+    r = run([commit(0, 5)], [Entry(0, 1, 1, record_type=2, key={"group": G}, value=empty, value_version=3)])
+    assert listed(r) == {G: ("classic", "", "Empty", "metadata")}
+    assert r.snapshot()["deleted_simple_groups"] == []  # it did not disappear: its record took over
+    # the group record tombstoned while an offset is still live: the offsets keep the group
+    r.apply_batch([Entry(0, 2, 2, record_type=2, key={"group": G}, value=None)])
+    assert listed(r) == {G: ("classic", "", "Empty", "offsets")}
+    # group deletion: offset tombstone and group tombstone in one batch
+    r.apply_batch([tombstone(3), Entry(0, 4, 3, record_type=2, key={"group": G}, value=None)])
+    assert listed(r) == {}
+    assert r.snapshot()["deleted_simple_groups"][0]["cause"] == "group_deletion"
+
+
+@pytest.mark.parametrize(
+    ("epoch", "current", "state"),
+    [
+        (5, {"member_epoch": 4, "state": 0}, "Assigning"),  # group epoch ahead of the target
+        (4, {"member_epoch": 3, "state": 0}, "Reconciling"),  # member behind the target epoch
+        (4, {"member_epoch": 4, "state": 1}, "Reconciling"),  # member still revoking
+        (4, {"member_epoch": 4, "state": 0}, "Stable"),
+    ],
+)
+def test_consumer_group_state_as_the_coordinator_computes_it(epoch: int, current: dict, state: str) -> None:
+    key, mkey = {"group_id": "cg"}, {"group_id": "cg", "member_id": "m"}
+    r = run(
+        [
+            Entry(0, 0, 1, record_type=3, key=key, value={"epoch": epoch}),
+            Entry(0, 1, 1, record_type=5, key=mkey, value={"client_id": "c"}),
+            Entry(0, 2, 1, record_type=6, key=key, value={"assignment_epoch": 4}),
+            Entry(0, 3, 1, record_type=8, key=mkey, value=current),
+        ]
+    )
+    assert listed(r) == {"cg": ("consumer", "consumer", state, "metadata")}
+    # the member leaves (its records tombstoned): Empty
+    r.apply_batch([Entry(0, o, 2, record_type=t, key=mkey, value=None) for o, t in ((4, 8), (5, 5))])
+    assert listed(r) == {"cg": ("consumer", "consumer", "Empty", "metadata")}
