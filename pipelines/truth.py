@@ -59,6 +59,7 @@ class Group(_Model):
     exists: bool = True
     type: Literal["classic", "consumer", "share", "streams"] | None = None
     state: str | None = None
+    protocol_type: str | None = None  # as ListGroups reports it ("" for simple and Empty classic groups)
     simple_consumer_group: bool | None = None
     partition_assignor: str | None = None
     group_epoch: int | None = None
@@ -71,6 +72,12 @@ class Group(_Model):
     leader: str | None = None
     observed_by_clients: list[str] = Field(default_factory=list)
     not_observed: list[str] = Field(default_factory=list)
+
+    def awaiting_cleanup(self) -> bool:
+        """An offsets-only group that has lost its offsets: a running 4.x broker still lists it
+        until its next cleanup cycle writes the group's tombstone; the coordinator loading the
+        log (and gold) no longer has it (docs/gold.md)."""
+        return self.type == "classic" and bool(self.simple_consumer_group) and not self.offsets and not self.members
 
 
 class TruthSnapshot(_Model):

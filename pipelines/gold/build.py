@@ -50,6 +50,9 @@ expire_timestamp bigint, topic_id string, protocol_type string, generation int, 
 current_state_timestamp bigint, member_count int, control_type_id int"""
 
 STATE_COLUMNS = "cluster string, offsets_partition int, row_kind string, payload string"
+# new-protocol group record types gold replays: consumer group metadata and target assignment
+# metadata, share and streams group metadata
+NEW_GROUP_TYPES = "3, 6, 11, 17"
 
 
 @dataclass
@@ -97,15 +100,25 @@ def _sources(spark: SparkSession, tables: Tables) -> list[tuple[DataFrame, Any, 
         kind = (
             F.when(F.col("record_type").isin(0, 1), "offset_tombstone")
             .when(F.col("record_type") == 2, "group_tombstone")
-            .when(F.col("record_type") == 3, "consumer_group_tombstone")
+            .otherwise("consumer_group_tombstone")
         )
-        out.append((tombs.where("record_type IN (0, 1, 2, 3)"), kind, None))
+        out.append((tombs.where(f"record_type IN (0, 1, 2, {NEW_GROUP_TYPES})"), kind, None))
     groups = _silver(spark, tables, "group_metadata")
     if groups is not None:
         out.append((groups.withColumnRenamed("protocol", "assignor"), F.lit("group"), None))
+    # new-protocol group records (gold/state.py): the group epoch, and a consumer group's target
+    # assignment epoch, which decide whether the group exists and in which state Kafka lists it
     cgroups = _silver(spark, tables, "consumer_group_metadata")
     if cgroups is not None:
         out.append((cgroups.withColumn("generation", F.col("epoch")), F.lit("consumer_group"), None))
+    targets = _silver(spark, tables, "consumer_group_target_assignment_metadata")
+    if targets is not None:
+        out.append((targets.withColumn("generation", F.col("assignment_epoch")), F.lit("consumer_group"), None))
+    for table in ("share_group_records", "streams_group_records"):
+        df = _silver(spark, tables, table)
+        if df is not None:
+            metadata = df.where("metadata IS NOT NULL").withColumn("generation", F.col("metadata.epoch"))
+            out.append((metadata, F.lit("consumer_group"), None))
     markers = _silver(spark, tables, "transaction_markers")
     if markers is not None:
         out.append((markers.where("control_type_id IN (0, 1)"), F.lit("marker"), F.lit(None)))

@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 from itertools import groupby
 from typing import Any
 
-from pipelines.reference.replay import Committed, Deleted, Entry, Replay
+from pipelines.reference.replay import GROUP_TYPES, Committed, Deleted, Entry, Replay
 
 OKey = tuple[str, str, int]
 
-# event kinds produced by build.py from the silver tables
+# event kinds produced by build.py from the silver tables; new-protocol group records (consumer
+# group metadata 3 and target assignment metadata 6, share 11, streams 17) carry their record type
 COMMIT, OFFSET_TOMBSTONE, GROUP, GROUP_TOMBSTONE, CONSUMER_GROUP, CONSUMER_GROUP_TOMBSTONE, MARKER = (
     "commit",
     "offset_tombstone",
@@ -30,6 +31,9 @@ COMMIT, OFFSET_TOMBSTONE, GROUP, GROUP_TOMBSTONE, CONSUMER_GROUP, CONSUMER_GROUP
     "consumer_group_tombstone",
     "marker",
 )
+PROTOCOL_OF = {t: name for t, name in GROUP_TYPES.items()}  # group record type -> current_groups.protocol
+RECORD_OF = {name: t for t, name in GROUP_TYPES.items()}
+TARGET_ASSIGNMENT = 6  # consumer groups' target assignment metadata: the assignment epoch
 
 
 @dataclass
@@ -101,8 +105,8 @@ def restore(partition: int, state: PartitionState, retention_ms: int) -> Replay:
                 partition, r["deleted_offset"], r["deleted_timestamp"], r["delete_cause"], None
             )
         else:
-            st.offsets[key] = Committed(
-                _value(r), r["value_version"], partition, r["record_offset"], r["record_timestamp"]
+            st.set_offset(
+                key, Committed(_value(r), r["value_version"], partition, r["record_offset"], r["record_timestamp"])
             )
     for r in state.pending:
         st.pending.setdefault((partition, r["producer_id"]), {})[(r["group_id"], r["topic"], r["partition"])] = (
@@ -111,11 +115,16 @@ def restore(partition: int, state: PartitionState, retention_ms: int) -> Replay:
     for g in state.groups:
         if g["deleted"]:
             continue
-        if g["protocol"] == "classic":
-            value = _classic_value(g)
-            st.records[(2, (g["group_id"],))] = (value, g["value_version"], partition, g["record_offset"])
+        key = (g["group_id"],)
+        if g["exists_because"] == "offsets":  # an offsets-only group: no record behind it
+            st.simple_groups[g["group_id"]] = (partition, g["state_offset"])
+        elif g["protocol"] == "classic":
+            st.records[(2, key)] = (_classic_value(g), g["value_version"], partition, g["record_offset"])
         else:
-            st.records[(3, (g["group_id"],))] = ({"epoch": g["generation"]}, 0, partition, g["record_offset"])
+            rtype = RECORD_OF[g["protocol"]]
+            st.records[(rtype, key)] = ({"epoch": g["generation"]}, g["value_version"], partition, g["record_offset"])
+            if g["assignment_epoch"] is not None:
+                st.records[(TARGET_ASSIGNMENT, key)] = ({"assignment_epoch": g["assignment_epoch"]}, 0, partition, -1)
     if state.applied_offset is not None:
         st.applied[partition] = state.applied_offset
     return replay
@@ -158,14 +167,17 @@ def _entry(partition: int, e: dict[str, Any]) -> Entry:
             value=value,
             value_version=e["value_version"],
         )
-    value = None if kind == CONSUMER_GROUP_TOMBSTONE else {"epoch": e["generation"]}
+    rtype = e["record_type"]
+    value = None
+    if kind == CONSUMER_GROUP:
+        value = {"assignment_epoch": e["generation"]} if rtype == TARGET_ASSIGNMENT else {"epoch": e["generation"]}
     return Entry(
         partition,
         off,
         ts,
         pid,
         txn,
-        record_type=3,
+        record_type=rtype,
         key={"group_id": e["group_id"]},
         value=value,
         value_version=e["value_version"],
@@ -220,7 +232,10 @@ def replay_partition(
     changed_at: dict[OKey, int] = {}
     # every state a key took in this run, in log order: (position, log time, row) -> offset_history
     history_changes: dict[OKey, list[tuple[int, int, dict[str, Any]]]] = {}
-    groups_changed: dict[tuple[int, str], int] = {}
+    # (protocol, group) -> (position, row content) of every group row this run changed; ``known``
+    # holds each touched group's rows as they stood before (from the restored state)
+    groups_changed: dict[tuple[str, str], tuple[int, dict[str, Any]]] = {}
+    known: dict[str, dict[str, dict[str, Any] | None]] = {}
     n = 0
     for _, batch_events in groupby(events, key=lambda e: e["batch_id"]):
         batch = [_entry(partition, e) for e in batch_events]
@@ -232,15 +247,25 @@ def replay_partition(
             elif e.record_type in (0, 1):
                 affected.add((e.key["group"], e.key["topic"], e.key["partition"]))  # type: ignore[index]
         before = {k: (st.offsets.get(k), st.deleted_offsets.get(k)) for k in affected}
+        touched = {k[0] for k in affected} | {
+            e.key["group" if e.record_type == 2 else "group_id"]  # type: ignore[index]
+            for e in batch
+            if not e.is_control and e.record_type not in (0, 1, None)
+        }
+        for g in touched - known.keys():
+            known[g] = _group_rows(st, g)
         replay.apply_batch(batch)
         last = batch[-1].offset
         for k in affected:
             if (st.offsets.get(k), st.deleted_offsets.get(k)) != before[k]:
                 changed_at[k] = last
                 history_changes.setdefault(k, []).append((last, batch[-1].timestamp, _offset_row(st, k, last)))
-        for e in batch:
-            if e.record_type in (2, 3) and not e.is_control:
-                groups_changed[(e.record_type, e.key["group" if e.record_type == 2 else "group_id"])] = e.offset  # type: ignore[index]
+        for g in touched:
+            now = _group_rows(st, g)
+            for protocol, row in now.items():
+                if row != known[g][protocol]:
+                    groups_changed[(protocol, g)] = (last, row or _deleted_group(replay, g, known[g][protocol]))
+            known[g] = now
     offsets = [_offset_row(st, k, at) for k, at in sorted(changed_at.items())]
     history = [
         {
@@ -264,43 +289,72 @@ def replay_partition(
         for (part, pid), entries in sorted(st.pending.items())
         for k, c in sorted(entries.items())
     ]
-    groups = []
-    for (rtype, group_id), at in sorted(groups_changed.items()):
-        rec = st.records.get((rtype, (group_id,)))
-        protocol = "classic" if rtype == 2 else "consumer"
-        if rec is None:
-            groups.append(
-                {
-                    "group_id": group_id,
-                    "protocol": protocol,
-                    "deleted": True,
-                    "state_offset": at,
-                    "protocol_type": None,
-                    "generation": None,
-                    "assignor": None,
-                    "leader": None,
-                    "current_state_timestamp": None,
-                    "member_count": None,
-                    "value_version": None,
-                    "record_offset": None,
-                }
-            )
-            continue
-        value, version, _, record_offset = rec
-        groups.append(
-            {
-                "group_id": group_id,
-                "protocol": protocol,
-                "deleted": False,
-                "state_offset": at,
-                "protocol_type": value.get("protocol_type") if rtype == 2 else "consumer",
-                "generation": value.get("generation") if rtype == 2 else value.get("epoch"),
-                "assignor": value.get("protocol") if rtype == 2 else None,
-                "leader": value.get("leader") if rtype == 2 else None,
-                "current_state_timestamp": value.get("current_state_timestamp") if rtype == 2 else None,
-                "member_count": len(value.get("members") or []) if rtype == 2 else None,
-                "value_version": version,
-                "record_offset": record_offset,
-            }
-        )
+    groups = [
+        {"group_id": g, "protocol": protocol, "state_offset": at, **row}
+        for (protocol, g), (at, row) in sorted(groups_changed.items())
+    ]
     return PartitionResult(offsets, pending, groups, st.applied.get(partition), n, history)
+
+
+_GROUP_COLUMNS = (
+    "protocol_type",
+    "generation",
+    "assignor",
+    "leader",
+    "current_state_timestamp",
+    "member_count",
+    "assignment_epoch",
+    "value_version",
+    "record_offset",
+)
+
+
+def _group_rows(st: Any, group: str) -> dict[str, dict[str, Any] | None]:
+    """The current_groups row content of ``group`` per protocol (None: no live row), from the
+    replay state: a live group record, or for classic, an offsets-only group (spec 12.3)."""
+    out: dict[str, dict[str, Any] | None] = {}
+    for rtype, protocol in PROTOCOL_OF.items():
+        rec = st.records.get((rtype, (group,)))
+        row: dict[str, Any] | None = None
+        if rec is not None:
+            value, version, _, record_offset = rec
+            row = dict.fromkeys(_GROUP_COLUMNS) | {"value_version": version, "record_offset": record_offset}
+            if rtype == 2:
+                row |= {
+                    "protocol_type": value.get("protocol_type"),
+                    "generation": value.get("generation"),
+                    "assignor": value.get("protocol"),
+                    "leader": value.get("leader"),
+                    "current_state_timestamp": value.get("current_state_timestamp"),
+                    "member_count": len(value.get("members") or []),
+                }
+            else:
+                target = st.records.get((TARGET_ASSIGNMENT, (group,))) if rtype == 3 else None
+                row |= {
+                    "protocol_type": protocol,
+                    "generation": value.get("epoch"),
+                    "assignment_epoch": target[0]["assignment_epoch"] if target else None,
+                }
+            row |= {"exists_because": "metadata", "deleted": False, "delete_cause": None}
+        elif protocol == "classic" and group in st.simple_groups:
+            row = dict.fromkeys(_GROUP_COLUMNS) | {"protocol_type": ""}
+            row |= {"exists_because": "offsets", "deleted": False, "delete_cause": None}
+        out[protocol] = row
+    return out
+
+
+def _deleted_group(replay: Replay, group: str, before: dict[str, Any] | None) -> dict[str, Any]:
+    """A soft-deleted current_groups row, with why the group went in the batch just applied: the
+    cause of the offset deletions that came with it (an expired empty group, an offsets-only
+    group losing its last offset), ``converted`` when the id lives on as a group of another
+    type, else ``group_deletion``. ``exists_because`` stays what it was while the group lived."""
+    st = replay.state
+    if st.has_metadata(group) or group in st.simple_groups:
+        cause = "converted"
+    else:
+        cause = replay.batch_causes.get(group, "group_deletion")
+        gone = st.deleted_simple_groups.get(group)
+        if gone is not None and gone.record_offset == st.applied.get(gone.partition):
+            cause = gone.cause  # an offsets-only group went in this batch, e.g. its pending offsets aborted
+    was = before["exists_because"] if before else None
+    return dict.fromkeys(_GROUP_COLUMNS) | {"exists_because": was, "deleted": True, "delete_cause": cause}

@@ -135,7 +135,8 @@ class Replay:
     def __init__(self, retention_ms: int = DEFAULT_RETENTION_MS) -> None:
         self.retention_ms = retention_ms
         self.state = ReplayState()
-        self._batch_causes: dict[str, str] = {}
+        # group -> cause of its last offset deleted in the batch being applied
+        self.batch_causes: dict[str, str] = {}
 
     # -- applying ---------------------------------------------------------------------------
     def apply_batch(self, entries: list[Entry]) -> None:
@@ -147,7 +148,7 @@ class Replay:
             for e in entries
             if e.value is None and not e.is_control and e.record_type in GROUP_TOMBSTONE_TYPES and e.key
         }
-        self._batch_causes: dict[str, str] = {}  # group -> cause of its last offset deleted in this batch
+        self.batch_causes = {}
         touched = {_group_of(e.record_type, e.key) for e in entries if not e.is_control and e.key}
         for e in entries:
             if e.is_control:  # a marker settles the pending offsets of its producer's groups
@@ -160,6 +161,8 @@ class Replay:
         """After a batch: which of ``groups`` exist through their offsets alone (spec 12.3)."""
         st = self.state
         for g in sorted(groups):
+            if (2, (g,)) in st.records:
+                st.deleted_simple_groups.pop(g, None)  # the id lives again, as a classic group
             now = st.has_offsets(g) and not st.has_metadata(g)
             if now and g not in st.simple_groups:
                 st.simple_groups[g] = (last.partition, last.offset)
@@ -168,7 +171,7 @@ class Replay:
                 del st.simple_groups[g]
                 if st.has_metadata(g):
                     continue  # a group record took over: the group lives on as that group
-                cause = self._batch_causes.get(g, "transaction_aborted")
+                cause = self.batch_causes.get(g, "transaction_aborted")
                 st.deleted_simple_groups[g] = Deleted(last.partition, last.offset, last.timestamp, cause, None)
 
     def _apply(self, e: Entry, group_tombstones: set[str]) -> None:
@@ -203,7 +206,7 @@ class Replay:
             st.deleted_offsets[okey] = Deleted(
                 e.partition, e.offset, e.timestamp, cause, previous.value if previous else None
             )
-            self._batch_causes[okey[0]] = cause
+            self.batch_causes[okey[0]] = cause
             return
         entry = Committed(e.value, e.value_version or 0, e.partition, e.offset, e.timestamp)
         if e.transactional:

@@ -532,6 +532,33 @@ def bulk_roll(h: Harness, target_bytes: int = 1_300_000) -> ScenarioResult:
     )
 
 
+def group_listing(h: Harness) -> ScenarioResult:
+    """Groups Kafka lists without a live member: an assign()-only consumer that commits (an
+    offsets-only "simple" group), and a classic and a KIP-848 group whose members all left. Run
+    last, so the evidence snapshot sees them before the harness's 1-minute retention expires them."""
+    topic = "listing-t"
+    simple, classic, consumer = "listing-assign", "listing-left-classic", "listing-left-consumer"
+    h.create_topic(topic, 2)
+    h.produce(topic, 3, 2)
+    a = h.consumer(simple, "la")
+    a.assign([TopicPartition(topic, 0), TopicPartition(topic, 1)])
+    h.commit(a, {(topic, 0): 1, (topic, 1): 2})
+    h.close(a)
+    for group, protocol in ((classic, "classic"), (consumer, "consumer")):
+        c = h.consumer(group, f"{group}-c", protocol=protocol)
+        c.subscribe([topic])
+        h.pump([c], h.assigned([c], 2), f"{group} assigned")
+        h.commit(c, {(topic, 0): 3, (topic, 1): 3})
+        h.close(c)
+    final = h.snapshot([simple, classic, consumer])
+    return ScenarioResult(
+        "group_listing",
+        [simple, classic, consumer],
+        {"final": final},
+        facts={"topic": topic, "simple": simple, "members_left": [classic, consumer]},
+    )
+
+
 # in the order the fixture runs them (expiry starts first and finishes last, so its wait overlaps)
 SCENARIOS: list[Callable[[Harness], ScenarioResult]] = [
     classic_lifecycle,
@@ -543,6 +570,7 @@ SCENARIOS: list[Callable[[Harness], ScenarioResult]] = [
     explicit_offset_delete,
     share_group,
     bulk_roll,
+    group_listing,
 ]
 
 

@@ -45,15 +45,10 @@ def test_gold_equals_the_brokers_truth(spark, gold_lake, evidence, harness):
         if not g.exists or g.type not in ("classic", "consumer"):
             continue
         row = by_id.get((g.group_id, g.type))
-        if row is None and g.type == "classic" and not g.members and g.simple_consumer_group:
-            # intended difference: a group that only ever committed offsets (admin, assign()) has no
-            # group record in the log; the broker lists it because of its offsets, gold keeps
-            # those in current_offsets
-            continue
         assert row is not None, f"{g.group_id} ({g.type}) is missing from gold.current_groups"
         if g.type == "consumer":
             assert row["generation"] == g.group_epoch, g.group_id
-        else:
+        elif row["exists_because"] == "metadata":
             assert row["member_count"] == len(g.members), g.group_id
             if g.generation is not None:
                 assert row["generation"] == g.generation, g.group_id
@@ -64,6 +59,29 @@ def test_gold_equals_the_brokers_truth(spark, gold_lake, evidence, harness):
     # groups deleted in the scenarios are not live in gold (the broker no longer lists them)
     listed = {g.group_id for g in snap.groups if g.exists}
     assert "standalone-assign" not in listed and "standalone-assign" not in {k[0] for k in by_id}
+
+
+def test_gold_lists_the_groups_kafka_lists(spark, gold_lake, evidence, harness):
+    """gold.live_groups equals listGroups at the evidence — offsets-only (simple) groups and groups
+    whose members all left included — by group id, type, state and protocol type."""
+    snap = evidence.snapshot
+    kafka = {
+        (g.group_id, g.type): (g.state, g.protocol_type)
+        for g in snap.groups
+        if g.exists and g.type in ("classic", "consumer") and not g.awaiting_cleanup()
+    }
+    gold_lake.register_existing()  # another test of this module may have pointed the names elsewhere
+    live = spark.table(gold_lake.name("gold", "live_groups")).where("protocol IN ('classic', 'consumer')").collect()
+    ours = {(r["group_id"], r["protocol"]): (r["state"], r["protocol_type"]) for r in live}
+    assert ours == kafka
+    because = {(r["group_id"], r["protocol"]): r["exists_because"] for r in live}
+    simple = [k for k, v in because.items() if v == "offsets"]
+    # the listing scenario runs last, so its groups are still there at the evidence
+    facts = harness.result("group_listing").facts
+    assert (facts["simple"], "classic") in simple
+    for group in facts["members_left"]:
+        assert any(k[0] == group and ours[k][0] == "Empty" for k in ours), group
+    assert len(kafka) >= 3 and simple, (len(kafka), simple)
 
 
 def truncated_copy(logs: Path, ends: dict[int, int], dest: Path) -> Path:

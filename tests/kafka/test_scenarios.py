@@ -130,3 +130,25 @@ def test_share_group(harness):
 def test_bulk_commits(harness):
     r = harness.result("bulk_roll")
     assert offsets_of(r.final, "bulk-roll", r.facts["topic"]) == r.facts["expected_offsets"]
+
+
+def test_group_listing(harness):
+    """The groups the listing scenario leaves behind, as the broker lists them: the offsets-only
+    group is a simple classic group with an empty protocol type, the others Empty."""
+    r = harness.result("group_listing")
+    simple = r.final.group(r.facts["simple"])
+    assert (simple.type, simple.state, simple.protocol_type, simple.simple_consumer_group) == (
+        "classic",
+        "Empty",
+        "",
+        True,
+    )
+    assert not simple.members and offsets_of(r.final, simple.group_id, r.facts["topic"]) == {0: 1, 1: 2}
+    classic, consumer = (r.final.group(g) for g in r.facts["members_left"])
+    assert (classic.type, classic.state, classic.members) == ("classic", "Empty", [])
+    assert (consumer.type, consumer.state, consumer.protocol_type, consumer.members) == (
+        "consumer",
+        "Empty",
+        "consumer",
+        [],
+    )

@@ -43,6 +43,17 @@ def expected_from(exp: dict) -> dict:
             for p in exp["pending_transactions"]
         ),
         "classic": {g["group"]: g["generation"] for g in exp["classic_groups"]},
+        # every group Kafka would list, offsets-only groups included (issue 15); gold derives no
+        # state for share and streams groups yet
+        "groups": {
+            (g["group"], g["type"]): (
+                g["protocol_type"],
+                g["state"] if g["type"] in ("classic", "consumer") else None,
+                g["exists_because"],
+            )
+            for g in exp["groups"]
+        },
+        "simple_groups_gone": {g["group"]: g["cause"] for g in exp["deleted_simple_groups"]},
     }
 
 
@@ -65,7 +76,23 @@ def gold(spark, tables) -> dict:
             (r["offsets_partition"], r["producer_id"], r["group_id"], r["topic"], r["partition"], r["committed_offset"])
             for r in pend
         ),
-        "classic": {r["group_id"]: r["generation"] for r in groups if r["protocol"] == "classic" and not r["deleted"]},
+        "classic": {
+            r["group_id"]: r["generation"]
+            for r in groups
+            if r["protocol"] == "classic" and not r["deleted"] and r["exists_because"] == "metadata"
+        },
+        "groups": {
+            (r["group_id"], r["protocol"]): (r["protocol_type"], r["state"], r["exists_because"])
+            for r in spark.table(tables.name("gold", "live_groups")).collect()
+        },
+        "simple_groups_gone": {
+            r["group_id"]: r["delete_cause"]
+            for r in groups
+            if r["protocol"] == "classic"
+            and r["deleted"]
+            and r["exists_because"] == "offsets"
+            and r["delete_cause"] != "converted"
+        },
     }
 
 

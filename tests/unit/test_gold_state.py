@@ -61,12 +61,13 @@ def event(e: Entry, batch_id: int) -> dict:
             "current_state_timestamp": v.get("current_state_timestamp", -1),
             "member_count": len(v.get("members") or []),
         }
-    if e.record_type == 3:
+    if e.record_type in (3, 6, 11, 17):
+        v = e.value or {}
         return {
             **base,
             "kind": gs.CONSUMER_GROUP if e.value is not None else gs.CONSUMER_GROUP_TOMBSTONE,
             "group_id": e.key["group_id"],
-            "generation": (e.value or {}).get("epoch"),
+            "generation": v.get("assignment_epoch") if e.record_type == 6 else v.get("epoch"),
         }
     return None  # other record types do not enter gold's offset replay
 
@@ -100,6 +101,8 @@ def reference(batches: list[list[Entry]]) -> dict:
             for p in snap["pending_transactions"]
         ),
         "classic": {g["group"]: (g["generation"], len(g["members"])) for g in snap["classic_groups"]},
+        "groups": {(g["type"], g["group"]): g["exists_because"] for g in snap["groups"]},
+        "simple_groups_gone": {g["group"]: g["cause"] for g in snap["deleted_simple_groups"]},
     }
 
 
@@ -138,7 +141,17 @@ def run_in_chunks(part: int, batches: list[list[Entry]], cuts: list[int]) -> dic
         "classic": {
             g: (r["generation"], r["member_count"])
             for (proto, g), r in groups.items()
-            if proto == "classic" and not r["deleted"]
+            if proto == "classic" and r["exists_because"] == "metadata" and not r["deleted"]
+        },
+        "groups": {(proto, g): r["exists_because"] for (proto, g), r in groups.items() if not r["deleted"]},
+        # offsets-only groups that went: the classic row is soft-deleted with the cause
+        "simple_groups_gone": {
+            g: r["delete_cause"]
+            for (proto, g), r in groups.items()
+            if proto == "classic"
+            and r["deleted"]
+            and r["exists_because"] == "offsets"
+            and r["delete_cause"] != "converted"
         },
     }
 

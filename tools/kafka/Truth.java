@@ -102,6 +102,8 @@ public class Truth {
           row.put("exists", false);
         }
       }
+      // the protocol type ListGroups reports ("" for simple and Empty classic groups)
+      if (listing != null) row.put("protocol_type", listing.protocol());
       rows.add(row);
     }
     Map<String, Long> after = logEndOffsets(admin, "__consumer_offsets");
