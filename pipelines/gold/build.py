@@ -1,9 +1,9 @@
-"""Gold: the coordinator's state by an ordered replay per (cluster, offsets partition) and Delta MERGE.
+"""Gold: the coordinator's state by an ordered replay per (cluster, offsets partition) and Delta writes.
 
 One run:
 
-1. **Events**: the silver rows gold needs (offset commits, offset and group tombstones, classic
-   and consumer group records, COMMIT/ABORT markers) as one frame, with the batch they came in
+1. **Events**: the silver rows gold needs (offset commits, offset and group tombstones, group
+   records of every type, consumer target assignments, COMMIT/ABORT markers) as one frame, with the batch they came in
    (bronze ``base_offset``; records from the Kafka source are their own batch).
 2. **Plan** per (cluster, offsets partition) against ``gold.partition_progress``: *skip* (nothing
    new), *incremental* (events after the applied offset only), or *full* (no progress yet, late
@@ -11,12 +11,12 @@ One run:
    that died between its MERGEs, or ``--full-refresh``).
 3. **Replay**: events and persisted state co-grouped by partition; each group runs
    :func:`pipelines.gold.state.replay_partition` (the reference replay, resumed) in a Spark task.
-4. **MERGE** each gold table once: a row replaces the stored one only if it comes from a
-   recomputed partition or its ``state_offset`` is not lower (a replayed or older batch never
-   overwrites a later state); recomputed partitions drop rows their replay no longer produces;
-   the pending set of every processed partition is replaced.
+4. **Write** each gold table: recomputed partitions are replaced whole (``replaceWhere``, no
+   MERGE of a table against itself), and so is the pending set of every processed partition;
+   incremental partitions are MERGEd, a row replacing the stored one only if its
+   ``state_offset`` is not lower (a replayed or older batch never overwrites a later state).
 5. **Progress** last. Before step 4 the processed partitions are marked in flight; a run killed
-   between MERGEs leaves the mark, and the next run recomputes those partitions from the start.
+   between its writes leaves the mark, and the next run recomputes those partitions from the start.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pipelines.gold.groups import merge_condition, run_groups, target_partitions
+from pipelines.gold.groups import merge_condition, pairs, replace_partitions, run_groups
 from pipelines.reference.replay import DEFAULT_RETENTION_MS
 from pipelines.runtime import faults
 from pipelines.runtime.tables import partitions_predicate
@@ -322,20 +322,28 @@ def _merge(
     processed: list[dict[str, Any]],
     replace_all: bool,
 ) -> None:
-    """MERGE ``rows`` into a gold table. ``replace_all``: the rows are the complete set for every
-    processed partition (pending); else only recomputed partitions drop rows not produced."""
+    """Write ``rows`` into a gold table. Recomputed partitions — with ``replace_all`` (pending: the
+    rows are the complete set of every processed partition) all processed ones — are replaced
+    whole with ``replaceWhere``: no MERGE of the table against itself. Incremental partitions are
+    MERGEd: a row replaces the stored one only if its ``state_offset`` is not lower."""
     from delta.tables import DeltaTable
 
-    recomputed = [p for p in processed if p["mode"] == "full"]
-    target = DeltaTable.forPath(spark, tables.path("gold", table)).alias("t")
-    merge = target.merge(rows.alias("s"), merge_condition(key, processed))
-    if replace_all:
-        merge = merge.whenMatchedUpdateAll().whenNotMatchedInsertAll()
-        merge = merge.whenNotMatchedBySourceDelete(target_partitions(processed))
-    else:
-        merge = merge.whenMatchedUpdateAll("s.recomputed OR s.state_offset >= t.state_offset")
-        merge = merge.whenNotMatchedInsertAll().whenNotMatchedBySourceDelete(target_partitions(recomputed))
-    merge.execute()
+    path = tables.path("gold", table)
+    columns = [c.name for c in tables.spec("gold", table).columns]
+    replaced = processed if replace_all else [p for p in processed if p["mode"] == "full"]
+    merged = [] if replace_all else [p for p in processed if p["mode"] != "full"]
+    if replaced:
+        replace_partitions(rows.select(*columns), path, replaced)
+    if merged:
+        source = rows.where(partitions_predicate(pairs(merged))).select(*columns)
+        (
+            DeltaTable.forPath(spark, path)
+            .alias("t")
+            .merge(source.alias("s"), merge_condition(key, merged))
+            .whenMatchedUpdateAll("s.state_offset >= t.state_offset")
+            .whenNotMatchedInsertAll()
+            .execute()
+        )
 
 
 def run_gold(
@@ -464,21 +472,24 @@ def _merge_history(
                 F.lit(run_id).alias("updated_run_id"),
             )
         )
-    source = history.withColumn("closer", F.lit(False))
-    if closers is not None:
-        source = source.unionByName(closers.withColumn("closer", F.lit(True)), allowMissingColumns=True)
     columns = [c.name for c in tables.spec("gold", "offset_history").columns]
     recomputed = [p for p in plan if p["mode"] == "full"]
+    if recomputed:  # replaced whole: the replay emitted every state of these partitions
+        replace_partitions(history.select(*columns), tables.path("gold", "offset_history"), recomputed)
+    if closers is None:
+        return
+    merged = [p for p in plan if p["mode"] != "full"]
+    source = history.where(partitions_predicate(pairs(merged))).withColumn("closer", F.lit(False))
+    source = source.unionByName(closers.withColumn("closer", F.lit(True)), allowMissingColumns=True)
     (
         target.alias("t")
-        .merge(source.alias("s"), merge_condition([*key, "valid_from_offset"], plan, op="="))
+        .merge(source.alias("s"), merge_condition([*key, "valid_from_offset"], merged, op="="))
         .whenMatchedUpdate(
             "s.closer",
             set={c: f"s.{c}" for c in ("valid_to_offset", "valid_to_timestamp", "updated_run_id")},
         )
         .whenMatchedUpdate("NOT s.closer", set={c: f"s.{c}" for c in columns})
         .whenNotMatchedInsert("NOT s.closer", values={c: f"s.{c}" for c in columns})
-        .whenNotMatchedBySourceDelete(target_partitions(recomputed))
         .execute()
     )
 

@@ -3,7 +3,7 @@
 
 Group records are never transactional and a later record of a key replaces the earlier one, so
 these need no replay: each processed (cluster, offsets partition) is recomputed from all its silver
-rows with window functions and MERGEd, replacing that partition's rows. Group records are a small
+rows with window functions and replaces that partition's rows (``replaceWhere``). Group records are a small
 share of the log, so recomputing a touched partition costs little and is trivially idempotent.
 """
 
@@ -196,41 +196,34 @@ def merge_condition(key: list[str], plan: list[dict[str, Any]], op: str = "<=>")
     return " AND ".join(f"t.{k} {op} s.{k}" for k in key) + f" AND ({target_partitions(plan)})"
 
 
-def merge_replacing(
-    spark: SparkSession, tables: Tables, table: str, rows: DataFrame, key: list[str], plan: list[dict[str, Any]]
-) -> None:
-    """MERGE ``rows`` (the complete recomputed set of the plan's partitions) into a gold table:
-    changed rows updated, new ones inserted, rows of those partitions no longer produced deleted."""
-    from delta.tables import DeltaTable
+def pairs(plan: list[dict[str, Any]]) -> list[tuple[str, int]]:
+    return [(p["cluster"], p["offsets_partition"]) for p in plan]
 
-    columns = [c.name for c in tables.spec("gold", table).columns]
-    changed = " OR ".join(f"NOT (t.{c} <=> s.{c})" for c in columns if c not in (*key, "updated_run_id"))
-    (
-        DeltaTable.forPath(spark, tables.path("gold", table))
-        .alias("t")
-        .merge(rows.alias("s"), merge_condition(key, plan))
-        .whenMatchedUpdate(changed, set={c: f"s.{c}" for c in columns})
-        .whenNotMatchedInsert(values={c: f"s.{c}" for c in columns})
-        .whenNotMatchedBySourceDelete(target_partitions(plan))
-        .execute()
-    )
+
+def replace_partitions(rows: DataFrame, path: str, plan: list[dict[str, Any]]) -> None:
+    """Replace the plan's (cluster, offsets partition) rows of a gold table by ``rows``' in one
+    commit (``replaceWhere``): for sets recomputed whole, cheaper than a MERGE of the table
+    against itself, and rows no longer produced are gone with it."""
+    where = partitions_predicate(pairs(plan))
+    rows.where(where).write.format("delta").mode("overwrite").option("replaceWhere", where).save(path)
 
 
 def run_groups(spark: SparkSession, tables: Tables, plan: list[dict[str, Any]], run_id: str) -> dict[str, int]:
-    """Recompute and MERGE the group tables of the plan's partitions; returns rows per table."""
+    """Recompute the group tables of the plan's partitions and replace them; returns rows per table."""
     from pyspark.sql import functions as F
 
-    parts = partitions_predicate([(p["cluster"], p["offsets_partition"]) for p in plan])
+    parts = partitions_predicate(pairs(plan))
     counts = {}
-    for table, frame, key in (
-        ("group_generations", generations_frame, [*PART, "group_id", "started_offset"]),
-        ("consumer_group_members", consumer_members_frame, [*PART, "group_id", "member_id"]),
+    for table, frame in (
+        ("group_generations", generations_frame),
+        ("consumer_group_members", consumer_members_frame),
     ):
         rows = frame(spark, tables, parts)
         if rows is None:
             continue
         rows = rows.withColumn("updated_run_id", F.lit(run_id)).persist()
-        merge_replacing(spark, tables, table, rows, key, plan)
+        columns = [c.name for c in tables.spec("gold", table).columns]
+        replace_partitions(rows.select(*columns), tables.path("gold", table), plan)
         counts[table] = rows.count()
         rows.unpersist()
     return counts

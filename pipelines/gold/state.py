@@ -260,10 +260,17 @@ def replay_partition(
             if (st.offsets.get(k), st.deleted_offsets.get(k)) != before[k]:
                 changed_at[k] = last
                 history_changes.setdefault(k, []).append((last, batch[-1].timestamp, _offset_row(st, k, last)))
+        # a group tombstone marks its group deleted even when the record it supersedes is not in
+        # the log (compacted away), as an offset tombstone does for its key
+        tombstoned = {
+            (PROTOCOL_OF[e.record_type], e.key["group" if e.record_type == 2 else "group_id"])  # type: ignore[index]
+            for e in batch
+            if not e.is_control and e.value is None and e.record_type in PROTOCOL_OF
+        }
         for g in touched:
             now = _group_rows(st, g)
             for protocol, row in now.items():
-                if row != known[g][protocol]:
+                if row != known[g][protocol] or (row is None and (protocol, g) in tombstoned):
                     groups_changed[(protocol, g)] = (last, row or _deleted_group(replay, g, known[g][protocol]))
             known[g] = now
     offsets = [_offset_row(st, k, at) for k, at in sorted(changed_at.items())]

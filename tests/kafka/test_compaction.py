@@ -96,7 +96,10 @@ def state(spark, tables: Tables) -> dict:
         "live": rows("current_offsets", [*key, "committed_offset", "metadata"], "NOT deleted"),
         "deleted": rows("current_offsets", [*key, "deleted_offset"], "deleted"),
         "pending": rows("pending_transactions", ["producer_id", *key, "committed_offset"]),
+        # a deleted offsets-only group existed through commits the cleaner removes (superseded
+        # by their tombstones): compare its deletion like a deleted group's, not why it existed
         "groups": rows("current_groups", ["group_id", "protocol", "generation", "member_count", "deleted"]),
+        "live_groups": rows("current_groups", ["group_id", "protocol", "exists_because"], "NOT deleted"),
     }
 
 

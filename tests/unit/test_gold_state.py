@@ -249,3 +249,44 @@ def test_history_as_of_every_batch_equals_reference_prefix(partitions, cuts):
         assert as_of(history, b[-1].offset) == expected, f"as of {b[-1].offset}"
         checked += 1
     assert checked > 5
+
+
+def _ev(offset: int, kind: str, **fields) -> dict:
+    base = dict.fromkeys(["producer_id", "transactional", "value_version", "topic", "partition", "control_type_id"])
+    return {**base, "record_offset": offset, "batch_id": offset, "timestamp_ms": 1000 + offset, "kind": kind, **fields}
+
+
+def test_offsets_only_group_rows() -> None:
+    """An assign() consumer's commit makes an offsets-only classic row; deleting its last offset
+    soft-deletes it with that cause; a group tombstone with no record before it still marks the
+    group deleted (the record was compacted away)."""
+    commit = {"group_id": "g", "topic": "t", "partition": 0, "record_type": 1, "committed_offset": 5}
+    commit |= {"leader_epoch": -1, "metadata": "", "commit_timestamp": 1000, "expire_timestamp": -1, "topic_id": None}
+    res = gs.replay_partition(0, gs.PartitionState(), [_ev(0, gs.COMMIT, **commit)], DEFAULT_RETENTION_MS)
+    [row] = res.groups
+    assert (row["protocol"], row["protocol_type"], row["exists_because"], row["deleted"]) == (
+        "classic",
+        "",
+        "offsets",
+        False,
+    )
+    state = gs.PartitionState(res.offsets, res.pending, res.groups, res.applied_offset)
+    tomb = {"group_id": "g", "topic": "t", "partition": 0, "record_type": 1}
+    res = gs.replay_partition(0, state, [_ev(1, gs.OFFSET_TOMBSTONE, **tomb)], DEFAULT_RETENTION_MS)
+    [row] = res.groups
+    assert (row["exists_because"], row["deleted"], row["delete_cause"], row["state_offset"]) == (
+        "offsets",
+        True,
+        "explicit_delete",
+        1,
+    )
+    res = gs.replay_partition(
+        0, gs.PartitionState(), [_ev(7, gs.GROUP_TOMBSTONE, group_id="h", record_type=2)], DEFAULT_RETENTION_MS
+    )
+    [row] = res.groups
+    assert (row["group_id"], row["protocol"], row["deleted"], row["delete_cause"]) == (
+        "h",
+        "classic",
+        True,
+        "group_deletion",
+    )
