@@ -11,16 +11,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from pipelines.errors import StageUnavailable
+from pipelines.quality.suites import check_job_overrides
+from pipelines.runtime import lake
 from pipelines.runtime.config import ConfigError, JobsFile, load, resolve_root
 
 log = logging.getLogger("offsets_lakehouse")
 
 AVAILABLE_STAGES = ("bronze", "silver", "gold", "quality")
 QUALITY_FAILED = "quality_failed"
-
-
-class StageUnavailable(ConfigError):
-    pass
 
 
 @dataclass
@@ -58,12 +57,19 @@ class RunReport:
         }
 
 
+def load_jobs(path: str | Path) -> JobsFile:
+    """jobs.yaml, validated: its shape (runtime.config) and its quality overrides against the suites."""
+    config = load(path)
+    check_job_overrides(config, path)
+    return config
+
+
 class Context:
     """A loaded jobs.yaml with its Spark session and tables (created lazily)."""
 
     def __init__(self, config_path: str | Path, master: str | None = None) -> None:
         self.config_path = Path(config_path)
-        self.config: JobsFile = load(self.config_path)
+        self.config: JobsFile = load_jobs(self.config_path)
         self.base_dir = self.config_path.resolve().parent
         self.root = resolve_root(self.config, self.base_dir)
         self.master = master
@@ -199,15 +205,13 @@ def _quality(
 
 
 def _partition_counts(ctx: Context, sources: list[str]) -> dict[str, int | None]:
-    from delta.tables import DeltaTable
-
     from pipelines.quality.stage import partition_counts
 
     by_uri = None
     if any(getattr(ctx.config.sources[s], "cluster_from_path", None) for s in sources):
-        path = ctx.tables.path("bronze", "offsets_records")
-        if DeltaTable.isDeltaTable(ctx.spark, path):
-            rows = ctx.spark.read.format("delta").load(path).select("source_uri", "cluster").distinct().collect()
+        bronze = lake.read(ctx.spark, ctx.tables.path("bronze", "offsets_records"))
+        if bronze is not None:
+            rows = bronze.select("source_uri", "cluster").distinct().collect()
             by_uri = {r["source_uri"]: r["cluster"] for r in rows}
     return partition_counts(ctx.config, sources, by_uri)
 

@@ -34,7 +34,7 @@ JSON_SCHEMA = (
 )
 
 
-def _hash_udf():
+def content_hash_udf():
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType
 
@@ -109,7 +109,7 @@ def ingest_dump(
 
     paths = [p if "://" in p or p.startswith("/") else f"{base_dir}/{p}" for p in source.paths]
     good, bad = (_read_jsonl if source.format == "jsonl" else _read_parquet)(spark, paths)
-    hashed = _hash_udf()
+    hashed = content_hash_udf()
     rows = good.select(
         F.lit(source.cluster).alias("cluster"),
         "partition",

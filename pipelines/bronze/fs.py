@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipelines.codec.segments import PARTITION_DIR, SEGMENT_FILE, parse_offset_index
+from pipelines.errors import SourceNotFound
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,7 @@ def list_segments(uris: list[str]) -> list[RemoteSegment]:
             base = _glob_base(path)
         info = filesys.get_file_info(base)
         if info.type == pafs.FileType.NotFound:
-            raise FileNotFoundError(f"no such file or directory: {raw}")
+            raise SourceNotFound(f"no such file or directory: {raw}")
         if info.type == pafs.FileType.File:
             entries = [info]
         else:

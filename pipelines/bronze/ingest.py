@@ -20,7 +20,8 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pipelines.runtime import faults
+from pipelines.errors import SourceNotFound
+from pipelines.runtime import faults, lake
 from pipelines.runtime.config import DumpSource, KafkaSource, SegmentsSource
 
 if TYPE_CHECKING:
@@ -107,25 +108,18 @@ def merge_records(
                 .whenNotMatchedInsertAll()
                 .execute()
             )
-        target = DeltaTable.forPath(spark, path)
-        before = target.history(1).collect()[0]["version"]
+        before = lake.version(spark, path)
         faults.point("bronze.before_write")
         if os.environ.get("OFFSETS_FAULT") == "bronze.after_write_before_commit":
             # what a writer killed mid-MERGE leaves behind: data files that no commit references
             rows.write.mode("append").partitionBy("cluster", "partition").parquet(path)
             faults.point("bronze.after_write_before_commit")
-        with _commit_metadata(spark, commit_metadata):
-            (
-                target.alias("t")
-                .merge(rows.alias("s"), " AND ".join(f"t.{k} = s.{k}" for k in KEY))
-                .whenNotMatchedInsertAll()
-                .execute()
-            )
-        inserted = _merge_inserted(spark, path, before)
-        if always_commit and DeltaTable.forPath(spark, path).history(1).collect()[0]["version"] == before:
+        with lake.commit_metadata(spark, commit_metadata):
+            inserted = lake.insert_new(spark, path, rows, KEY)
+        if always_commit and lake.version(spark, path) == before:
             # Delta skips commits that change nothing unless told otherwise; this one carries the
             # positions (a range of aborted commits and markers still moves the source forward)
-            with _commit_metadata(spark, commit_metadata):
+            with lake.commit_metadata(spark, commit_metadata):
                 spark.conf.set(SKIP_EMPTY, "false")
                 try:
                     spark.createDataFrame([], rows.schema).write.format("delta").mode("append").save(path)
@@ -138,33 +132,6 @@ def merge_records(
 
 
 SKIP_EMPTY = "spark.databricks.delta.skipRecordingEmptyCommits"
-
-
-class _commit_metadata:
-    """Attach JSON to the next Delta commit's ``userMetadata`` (same commit as the data)."""
-
-    KEY = "spark.databricks.delta.commitInfo.userMetadata"
-
-    def __init__(self, spark: SparkSession, metadata: dict[str, Any] | None) -> None:
-        self.spark, self.metadata = spark, metadata
-
-    def __enter__(self) -> None:
-        if self.metadata is not None:
-            self.spark.conf.set(self.KEY, json.dumps(self.metadata, sort_keys=True))
-
-    def __exit__(self, *exc: object) -> None:
-        if self.metadata is not None:
-            self.spark.conf.unset(self.KEY)
-
-
-def _merge_inserted(spark: SparkSession, path: str, version_before: int) -> int:
-    """Rows the MERGE inserted: 0 when it wrote no new table version (nothing to insert)."""
-    from delta.tables import DeltaTable
-
-    last = DeltaTable.forPath(spark, path).history(1).collect()[0]
-    if last["version"] == version_before or last["operation"] != "MERGE":
-        return 0
-    return int((last["operationMetrics"] or {}).get("numTargetRowsInserted", 0))
 
 
 def merge_issues(spark: SparkSession, tables: Tables, issues: DataFrame) -> None:
@@ -188,12 +155,14 @@ def ingest_segments(
     from pyspark.sql import functions as F
 
     from pipelines.bronze.fs import list_segments
-    from pipelines.bronze.segments_source import cluster_for
+    from pipelines.bronze.segments_source import cluster_for, register
+
+    register(spark)  # bronze owns its data source; the runtime session knows no layer
 
     paths = [p if "://" in p or p.startswith("/") else f"{base_dir}/{p}" for p in source.paths]
     segments = list_segments(paths)  # fails fast, on the driver, with one clear line for a missing path
     if not segments:
-        raise FileNotFoundError(f"source {name}: no __consumer_offsets segment files under {', '.join(paths)}")
+        raise SourceNotFound(f"source {name}: no __consumer_offsets segment files under {', '.join(paths)}")
     for seg in segments:
         cluster_for(seg.uri, source.cluster, source.cluster_from_path)
     raw = (

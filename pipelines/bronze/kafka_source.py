@@ -23,6 +23,7 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any
 
+from pipelines.runtime import lake
 from pipelines.runtime.config import ConfigError, KafkaSource
 
 if TYPE_CHECKING:
@@ -127,7 +128,7 @@ def stored_positions(spark: SparkSession, tables: Tables, cluster: str, topic: s
     from delta.tables import DeltaTable
 
     path = tables.path("bronze", "offsets_records")
-    if not DeltaTable.isDeltaTable(spark, path):
+    if not lake.exists(spark, path):
         return None
     history = DeltaTable.forPath(spark, path).history().select("version", "userMetadata")
     for row in history.where("userMetadata IS NOT NULL").orderBy("version", ascending=False).toLocalIterator():
@@ -146,7 +147,7 @@ def last_runs(spark: SparkSession, tables: Tables) -> list[dict[str, Any]]:
     from delta.tables import DeltaTable
 
     path = tables.path("bronze", "offsets_records")
-    if not DeltaTable.isDeltaTable(spark, path):
+    if not lake.exists(spark, path):
         return []
     history = DeltaTable.forPath(spark, path).history().where("userMetadata IS NOT NULL")
     seen: set[str] = set()
@@ -219,7 +220,7 @@ def read_range(spark: SparkSession, source: KafkaSource, start: dict[int, int], 
 def ingest_kafka(spark: SparkSession, tables: Tables, name: str, source: KafkaSource, run_id: str) -> IngestResult:
     from pyspark.sql import functions as F
 
-    from pipelines.bronze.dump_source import _hash_udf
+    from pipelines.bronze.dump_source import content_hash_udf
     from pipelines.bronze.ingest import IngestResult, merge_records
 
     result = IngestResult(name, source.cluster, "kafka")
@@ -249,7 +250,7 @@ def ingest_kafka(spark: SparkSession, tables: Tables, name: str, source: KafkaSo
                 for p, e in sorted(stalled.items())
             )
         )
-    hashed = _hash_udf()
+    hashed = content_hash_udf()
     raw = read_range(spark, source, start, end)
     rows = raw.select(
         F.lit(source.cluster).alias("cluster"),

@@ -112,6 +112,11 @@ class SegmentsDataSource(DataSource):
         return SegmentsReader(dict(self.options))
 
 
+def register(spark: Any) -> None:
+    """Make ``spark.read.format("kafka_segments")`` available in this session (idempotent)."""
+    spark.dataSource.register(SegmentsDataSource)
+
+
 class SegmentsReader(DataSourceReader):
     def __init__(self, options: dict[str, str]) -> None:
         self.paths: list[str] = json.loads(options["paths"])

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import click
 
+from pipelines.errors import ConfigError, OffsetsLakehouseError
+
 EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_QUALITY = 0, 1, 2, 3
 
 
@@ -164,7 +166,6 @@ def error_message(exc: BaseException) -> str:
     """What ``error:`` prints: configuration errors as they are (one line per invalid field), any
     other error as one line. Spark's errors carry more than that: a Python worker's traceback
     (tasks, Python data sources), a JVM stack trace, a query context; they stay for --verbose."""
-    from pipelines.runtime.config import ConfigError
 
     text = str(exc).strip()
     if isinstance(exc, ConfigError):
@@ -229,16 +230,13 @@ def run(
 ) -> None:
     """Run JOB from jobs.yaml (for Airflow/cron: exit 0 ok, 1 failure, 2 configuration, 3 data quality)."""
     from pipelines.runner import Context, run_job
-    from pipelines.runtime.config import ConfigError
 
     _setup_logging(verbose, log_format)
     try:
         ctx = Context(config_path, master)
         report = run_job(ctx, job, None if stage == "all" else [stage], full_refresh)
-    except ConfigError as exc:
-        _fail(exc, EXIT_CONFIG, verbose)
-    except FileNotFoundError as exc:
-        _fail(exc, EXIT_CONFIG, verbose)
+    except OffsetsLakehouseError as exc:
+        _fail(exc, exc.exit_code, verbose)
     except Exception as exc:
         _fail(exc, EXIT_FAILURE, verbose)
     _exit_with(report, as_json)
@@ -279,7 +277,6 @@ def quality(
     Data Docs are. Exit 0 ok, 1 failure, 2 configuration, 3 a rule with policy fail failed.
     """
     from pipelines.runner import Context, quality_job
-    from pipelines.runtime.config import ConfigError
 
     _setup_logging(verbose, log_format)
     if job == "report":
@@ -288,8 +285,8 @@ def quality(
         try:
             ctx = Context(config_path, master)
             doc = load_report(ctx.spark, ctx.tables, run_id)
-        except ConfigError as exc:
-            _fail(exc, EXIT_CONFIG, verbose)
+        except OffsetsLakehouseError as exc:
+            _fail(exc, exc.exit_code, verbose)
         except Exception as exc:
             _fail(exc, EXIT_FAILURE, verbose)
         click.echo(json.dumps(doc, default=str) if as_json else render_text(doc), nl=as_json)
@@ -298,8 +295,8 @@ def quality(
         raise click.UsageError("--run is for `quality report`")
     try:
         report = quality_job(Context(config_path, master), job)
-    except ConfigError as exc:
-        _fail(exc, EXIT_CONFIG, verbose)
+    except OffsetsLakehouseError as exc:
+        _fail(exc, exc.exit_code, verbose)
     except Exception as exc:
         _fail(exc, EXIT_FAILURE, verbose)
     _exit_with(report, as_json)
@@ -319,13 +316,12 @@ def redecode(job: str, config_path: Path, master: str | None, as_json: bool, log
     version. Recorded in bronze.runs as a silver stage run. Exit 0 ok, 1 failure, 2 configuration.
     """
     from pipelines.runner import Context, redecode_job
-    from pipelines.runtime.config import ConfigError
 
     _setup_logging(verbose, log_format)
     try:
         report = redecode_job(Context(config_path, master), job)
-    except ConfigError as exc:
-        _fail(exc, EXIT_CONFIG, verbose)
+    except OffsetsLakehouseError as exc:
+        _fail(exc, exc.exit_code, verbose)
     except Exception as exc:
         _fail(exc, EXIT_FAILURE, verbose)
     if as_json:
@@ -344,13 +340,12 @@ def redecode(job: str, config_path: Path, master: str | None, as_json: bool, log
 def status(config_path: Path, as_json: bool, verbose: bool) -> None:
     """Tables, row counts, per-partition watermarks and the last runs."""
     from pipelines.runner import Context
-    from pipelines.runtime.config import ConfigError
     from pipelines.status import collect_status
 
     try:
         doc = collect_status(Context(config_path))
-    except ConfigError as exc:
-        _fail(exc, EXIT_CONFIG, verbose)
+    except OffsetsLakehouseError as exc:
+        _fail(exc, exc.exit_code, verbose)
     except Exception as exc:
         _fail(exc, EXIT_FAILURE, verbose)
     if as_json:
@@ -380,7 +375,6 @@ def sql(
 ) -> None:
     """Query the lakehouse with Spark SQL: bronze.*, silver.*, gold.* are registered by name."""
     from pipelines.runner import Context
-    from pipelines.runtime.config import ConfigError
 
     if not print_init and not query and not query_file:
         raise click.UsageError("give a QUERY, --file or --print-init")
@@ -393,8 +387,8 @@ def sql(
         text = query_file.read_text() if query_file else query
         df = ctx.spark.sql(text)
         rows = df.limit(limit).collect() if not as_json else df.collect()
-    except ConfigError as exc:
-        _fail(exc, EXIT_CONFIG, verbose)
+    except OffsetsLakehouseError as exc:
+        _fail(exc, exc.exit_code, verbose)
     except Exception as exc:
         _fail(exc, EXIT_FAILURE, verbose)
     if as_json:

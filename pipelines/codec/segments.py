@@ -15,6 +15,8 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipelines.errors import SourceNotFound
+
 PARTITION_DIR = re.compile(r"^__consumer_offsets-(\d+)$")
 SEGMENT_FILE = re.compile(r"^(\d{20})\.log$")
 _INDEX_ENTRY = struct.Struct(">ii")
@@ -55,7 +57,7 @@ def discover(paths: list[str | Path]) -> list[SegmentFile]:
     for raw in paths:
         path = Path(raw)
         if not path.exists():
-            raise FileNotFoundError(f"no such file or directory: {path}")
+            raise SourceNotFound(f"no such file or directory: {path}")
         if path.is_file():
             parent_segments = {s.path: s for s in _segments_in(path.parent)} if SEGMENT_FILE.match(path.name) else {}
             seg = parent_segments.get(path) or SegmentFile(path, partition_of(path.parent), None, True)

@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 from pipelines.gold.groups import merge_condition, pairs, replace_partitions, run_groups
 from pipelines.reference.replay import DEFAULT_RETENTION_MS
-from pipelines.runtime import faults
-from pipelines.runtime.tables import partitions_predicate
+from pipelines.runtime import faults, lake
+from pipelines.runtime.lake import partitions_predicate
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -81,10 +81,7 @@ class GoldResult:
 
 
 def _silver(spark: SparkSession, tables: Tables, table: str) -> DataFrame | None:
-    from delta.tables import DeltaTable
-
-    path = tables.path("silver", table)
-    return spark.read.format("delta").load(path) if DeltaTable.isDeltaTable(spark, path) else None
+    return lake.read(spark, tables.path("silver", table))
 
 
 def _sources(spark: SparkSession, tables: Tables) -> list[tuple[DataFrame, Any, Any]]:
@@ -511,7 +508,7 @@ def _purge_deleted(spark: SparkSession, tables: Tables, events: DataFrame, days:
         .whenMatchedDelete(f"t.deleted_timestamp < s.log_now - {cutoff}")
         .execute()
     )
-    metrics = target.history(1).collect()[0]["operationMetrics"] or {}
+    metrics = lake.last_commit(spark, tables.path("gold", "current_offsets"))["operationMetrics"] or {}
     return int(metrics.get("numTargetRowsDeleted", 0))
 
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pipelines.runtime.tables import partitions_predicate
+from pipelines.runtime import lake
+from pipelines.runtime.lake import partitions_predicate
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -22,12 +23,7 @@ PART = ["cluster", "offsets_partition"]
 
 
 def _silver(spark: SparkSession, tables: Tables, table: str, parts: str) -> DataFrame | None:
-    from delta.tables import DeltaTable
-
-    path = tables.path("silver", table)
-    if not DeltaTable.isDeltaTable(spark, path):
-        return None
-    return spark.read.format("delta").load(path).where(parts)  # partition columns: files pruned
+    return lake.read(spark, tables.path("silver", table), parts)  # partition columns: files pruned
 
 
 def generations_frame(spark: SparkSession, tables: Tables, parts: str) -> DataFrame | None:
@@ -201,11 +197,8 @@ def pairs(plan: list[dict[str, Any]]) -> list[tuple[str, int]]:
 
 
 def replace_partitions(rows: DataFrame, path: str, plan: list[dict[str, Any]]) -> None:
-    """Replace the plan's (cluster, offsets partition) rows of a gold table by ``rows``' in one
-    commit (``replaceWhere``): for sets recomputed whole, cheaper than a MERGE of the table
-    against itself, and rows no longer produced are gone with it."""
-    where = partitions_predicate(pairs(plan))
-    rows.where(where).write.format("delta").mode("overwrite").option("replaceWhere", where).save(path)
+    """Replace the plan's (cluster, offsets partition) rows of a gold table by ``rows``'."""
+    lake.replace_partitions(rows, path, pairs(plan))
 
 
 def run_groups(spark: SparkSession, tables: Tables, plan: list[dict[str, Any]], run_id: str) -> dict[str, int]:

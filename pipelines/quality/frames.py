@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pipelines.codec.partitioner import partition_for
+from pipelines.runtime import lake
 from pipelines.silver.decode import QUALITY_REASON, RECORD_TABLES
 
 if TYPE_CHECKING:
@@ -231,12 +232,7 @@ def gold_truth_snapshot(live: DataFrame, progress: DataFrame | None, truth: Trut
 
 # -- reading the lakehouse -------------------------------------------------------------------------
 def _read(spark: SparkSession, tables: Tables, layer: str, table: str) -> DataFrame | None:
-    from delta.tables import DeltaTable
-
-    path = tables.path(layer, table)
-    if not DeltaTable.isDeltaTable(spark, path):
-        return None
-    return spark.read.format("delta").load(path)
+    return lake.read(spark, tables.path(layer, table))
 
 
 def load_frame(name: str, spark: SparkSession, tables: Tables, inputs: Inputs) -> Frame:

@@ -17,6 +17,7 @@ from functools import reduce
 from typing import TYPE_CHECKING
 
 from pipelines.quality.frames import QUALITY_REASON, SILVER_RECORD_TABLES
+from pipelines.runtime import lake
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -46,17 +47,11 @@ def offender_keys(frame: DataFrame, key: tuple[str, ...], predicate: str) -> Dat
     return frame.where(predicate).select(*cols, group.alias("group_id")).distinct()
 
 
-def _exists(spark: SparkSession, path: str) -> bool:
-    from delta.tables import DeltaTable
-
-    return DeltaTable.isDeltaTable(spark, path)
-
-
 def quarantine_rows(spark: SparkSession, tables: Tables, offenders: list[Offenders]) -> DataFrame:
     """silver.quarantine rows for the offenders, with raw bytes and envelope from bronze."""
     from pyspark.sql import functions as F
 
-    from pipelines.silver.ingest import _int16
+    from pipelines.silver.ingest import int16_sql
 
     keyed = [
         o.keys.select(
@@ -83,8 +78,8 @@ def quarantine_rows(spark: SparkSession, tables: Tables, offenders: list[Offende
         "producer_epoch",
         "transactional",
         "control",
-        F.expr(f"CASE WHEN NOT control THEN {_int16('key')} END").alias("record_type"),
-        F.expr(f"CASE WHEN NOT control THEN {_int16('value')} END").alias("value_version"),
+        F.expr(f"CASE WHEN NOT control THEN {int16_sql('key')} END").alias("record_type"),
+        F.expr(f"CASE WHEN NOT control THEN {int16_sql('value')} END").alias("value_version"),
         F.col("key").alias("raw_key"),
         F.col("value").alias("raw_value"),
         "source_uri",
@@ -123,7 +118,7 @@ def move(spark: SparkSession, tables: Tables, offenders: list[Offenders]) -> int
         return 0
     rows = quarantine_rows(spark, tables, offenders)
     path = tables.path("silver", "quarantine")
-    if not _exists(spark, path):
+    if not lake.exists(spark, path):
         tables.ensure("silver", "quarantine")
     cond = " AND ".join(f"t.{k} = s.{k}" for k in KEY)
     metrics = (
@@ -142,7 +137,7 @@ def settle(spark: SparkSession, tables: Tables) -> dict[str, int]:
     from pyspark.sql import functions as F
 
     path = tables.path("silver", "quarantine")
-    if not _exists(spark, path):
+    if not lake.exists(spark, path):
         return {}
     held = (
         spark.read.format("delta").load(path).where(F.col("reason").startswith(QUALITY_REASON)).select(*KEY).persist()
@@ -153,7 +148,7 @@ def settle(spark: SparkSession, tables: Tables) -> dict[str, int]:
             return {}
         for table in TYPED_TABLES:
             tpath = tables.path("silver", table)
-            if not _exists(spark, tpath):
+            if not lake.exists(spark, tpath):
                 continue
             typed = spark.read.format("delta").load(tpath)
             if not typed.join(held, list(KEY), "left_semi").limit(1).count():

@@ -7,6 +7,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from pipelines.runtime import lake
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -133,13 +135,11 @@ def write_results(
 
 def read_results(spark: SparkSession, tables: Tables, run_id: str | None = None) -> tuple[str | None, list[Outcome]]:
     """The outcomes of ``run_id`` (default: the latest run) from quality.results."""
-    from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
-    path = tables.path("quality", "results")
-    if not DeltaTable.isDeltaTable(spark, path):
+    df = lake.read(spark, tables.path("quality", "results"))
+    if df is None:
         return None, []
-    df = spark.read.format("delta").load(path)
     if run_id is None:
         last = df.orderBy(F.col("checked_at").desc()).select("run_id").limit(1).collect()
         if not last:

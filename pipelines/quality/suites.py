@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+from pipelines.runtime.config import ConfigError, JobsFile
+
 LAYERS = ("bronze", "silver", "gold")
 POLICIES = ("fail", "warn", "quarantine")
 # expectation types whose offending rows can be selected by a predicate (and so quarantined)
@@ -264,3 +266,13 @@ def violation_predicate(exp: ExpectationSpec, kwargs: dict[str, Any]) -> str:
         values = ", ".join(_sql(v) for v in kwargs["value_set"])
         return f"{col} IS NOT NULL AND NOT ({col} IN ({values}))"
     raise ValueError(f"{exp.type} is not a row-level expectation")
+
+
+def check_job_overrides(config: JobsFile, path: str | Path) -> None:
+    """Refuse a jobs file whose quality overrides name no suite or rule, or quarantine where rows
+    cannot move (gold): the error names the file and the field, like every jobs.yaml error."""
+    suites = load_suites()
+    for name, job in config.jobs.items():
+        problems = check_overrides(job.quality.overrides, suites)
+        if problems:
+            raise ConfigError(f"{path}: jobs.{name}.quality.overrides: {'; '.join(problems)}")

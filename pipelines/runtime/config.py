@@ -16,11 +16,11 @@ import yaml
 from croniter import croniter
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
+from pipelines.errors import ConfigError
+
+__all__ = ["ConfigError", "JobsFile", "load", "resolve_root"]
+
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-
-
-class ConfigError(Exception):
-    """A configuration problem; the message names the file and the field."""
 
 
 class _Model(BaseModel):
@@ -108,20 +108,6 @@ class QualitySettings(_Model):
         description="truth snapshot file (docs/truth-snapshot.md) gold must equal, or 'live': fetched from the "
         "job's kafka source",
     )
-
-    @field_validator("overrides")
-    @classmethod
-    def _known_targets(cls, value: dict[str, str]) -> dict[str, str]:
-        """Keys name a layer, a suite (expectations/*.yaml), ``<suite>.<expectation>`` or an
-        expectation; ``quarantine`` is refused on gold suites and on rules that cannot move rows."""
-        if not value:
-            return value
-        from pipelines.quality.suites import check_overrides
-
-        problems = check_overrides(value)
-        if problems:
-            raise ValueError("; ".join(problems))
-        return value
 
 
 class Job(_Model):

@@ -1,4 +1,4 @@
-"""The Spark session: any master, Delta configured, our Python data sources registered.
+"""The Spark session: any master, Delta configured (bronze registers its own data source).
 
 ``local[*]`` by default; ``spark.master`` in jobs.yaml or ``--master`` select a standalone,
 YARN or Kubernetes cluster (or run the CLI under ``spark-submit``, which sets the master).
@@ -82,7 +82,4 @@ def build_session(
     spark.sparkContext.setLogLevel(os.environ.get("OFFSETS_SPARK_LOG_LEVEL", "WARN"))
     if ship_package if ship_package is not None else not master.startswith("local"):
         spark.sparkContext.addPyFile(str(package_zip()))
-    from pipelines.bronze.segments_source import SegmentsDataSource
-
-    spark.dataSource.register(SegmentsDataSource)
     return spark

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from pipelines.codec.schema import schemas_dir
+from pipelines.runtime import lake
+from pipelines.runtime.lake import sql_str
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -45,7 +47,7 @@ class TableSpec:
     def ddl_columns(self) -> str:
         return ", ".join(
             f"`{c.name}` {c.type}{'' if c.nullable else ' NOT NULL'}"
-            + (f" COMMENT {_sql_str(c.comment)}" if c.comment else "")
+            + (f" COMMENT {sql_str(c.comment)}" if c.comment else "")
             for c in self.columns
         )
 
@@ -53,10 +55,6 @@ class TableSpec:
         from pyspark.sql.types import StructType
 
         return StructType.fromDDL(", ".join(f"`{c.name}` {c.type}" for c in self.columns))
-
-
-def _sql_str(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def _same_location(a: str, b: str) -> bool:
@@ -114,23 +112,6 @@ def load_views(root: Path | None = None) -> list[ViewSpec]:
     return out
 
 
-def sql_in_list(values: list[Any]) -> str:
-    return ", ".join(_sql_str(v) if isinstance(v, str) else str(int(v)) for v in sorted(values))
-
-
-def partitions_predicate(pairs: list[tuple[str, int]], prefix: str = "", column: str = "offsets_partition") -> str:
-    """SQL predicate selecting exactly these (cluster, partition) pairs."""
-    by_cluster: dict[str, list[int]] = {}
-    for cluster, part in pairs:
-        by_cluster.setdefault(cluster, []).append(part)
-    if not by_cluster:
-        return "false"
-    return " OR ".join(
-        f"({prefix}cluster = {_sql_str(c)} AND {prefix}{column} IN ({sql_in_list(ps)}))"
-        for c, ps in sorted(by_cluster.items())
-    )
-
-
 class Tables:
     """Names, paths and registration of the lakehouse's tables for one session."""
 
@@ -163,28 +144,23 @@ class Tables:
             self.spark.sql(f"DROP TABLE {name}")
         path = self.path(layer, table)
         props = {"delta.appendOnly": "false", **spec.properties}
-        if self._exists(path):
+        if lake.exists(self.spark, path):
             # Delta keeps schema and properties in its log: register as is, then add properties a
             # newer declaration asks for (an existing lakehouse picks them up on its next run)
-            self.spark.sql(f"CREATE TABLE IF NOT EXISTS {name} USING DELTA LOCATION {_sql_str(path)}")
+            self.spark.sql(f"CREATE TABLE IF NOT EXISTS {name} USING DELTA LOCATION {sql_str(path)}")
             have = self.spark.sql(f"DESCRIBE DETAIL {name}").collect()[0]["properties"] or {}
             missing = {k: v for k, v in props.items() if have.get(k, "false" if k == "delta.appendOnly" else None) != v}
             if missing:
-                sets = ", ".join(f"{_sql_str(k)} = {_sql_str(v)}" for k, v in missing.items())
+                sets = ", ".join(f"{sql_str(k)} = {sql_str(v)}" for k, v in missing.items())
                 self.spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ({sets})")
             return name
         parts = f" PARTITIONED BY ({', '.join(spec.partitioned_by)})" if spec.partitioned_by else ""
-        tblprops = ", ".join(f"{_sql_str(k)} = {_sql_str(v)}" for k, v in props.items())
+        tblprops = ", ".join(f"{sql_str(k)} = {sql_str(v)}" for k, v in props.items())
         self.spark.sql(
             f"CREATE TABLE IF NOT EXISTS {name} ({spec.ddl_columns()}) USING DELTA{parts} "
-            f"LOCATION {_sql_str(path)} COMMENT {_sql_str(spec.comment)} TBLPROPERTIES ({tblprops})"
+            f"LOCATION {sql_str(path)} COMMENT {sql_str(spec.comment)} TBLPROPERTIES ({tblprops})"
         )
         return name
-
-    def _exists(self, path: str) -> bool:
-        from delta.tables import DeltaTable
-
-        return DeltaTable.isDeltaTable(self.spark, path)
 
     def _registered_location(self, layer: str, table: str) -> str | None:
         """Where the session catalog says the table's name points, or None when unregistered.
@@ -201,12 +177,10 @@ class Tables:
 
     def register_existing(self) -> list[str]:
         """Register every table that already exists on storage (for readers: sql, status)."""
-        from delta.tables import DeltaTable
-
         names = []
         for layer, tables in self.specs.items():
             for table in tables:
-                if DeltaTable.isDeltaTable(self.spark, self.path(layer, table)):
+                if lake.exists(self.spark, self.path(layer, table)):
                     names.append(self.ensure(layer, table))
         for layer in self.specs:
             names += self.ensure_views(layer, names)
@@ -216,7 +190,7 @@ class Tables:
         names = [*self.specs.get(view.layer, {}), *(v.name for v in load_views() if v.layer == view.layer)]
         refs = {t: self.name(view.layer, t) for t in names}
         name = self.name(view.layer, view.name)
-        return f"CREATE OR REPLACE VIEW {name} COMMENT {_sql_str(view.comment)} AS {view.sql.format(**refs)}"
+        return f"CREATE OR REPLACE VIEW {name} COMMENT {sql_str(view.comment)} AS {view.sql.format(**refs)}"
 
     def ensure_views(self, layer: str, existing: list[str] | None = None) -> list[str]:
         """(Re)create the layer's views whose tables exist; returns their names."""
@@ -239,7 +213,7 @@ class Tables:
             for t in tables:
                 lines.append(
                     f"CREATE TABLE IF NOT EXISTS {self.name(layer, t)} USING DELTA "
-                    f"LOCATION {_sql_str(self.path(layer, t))};"
+                    f"LOCATION {sql_str(self.path(layer, t))};"
                 )
         lines += [self._view_sql(v) + ";" for v in load_views()]
         return "\n".join(lines) + "\n"

@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from pipelines.runtime import faults
-from pipelines.runtime.tables import partitions_predicate, sql_in_list
+from pipelines.runtime import faults, lake
+from pipelines.runtime.lake import partitions_predicate
 from pipelines.silver.decode import (
     ENVELOPE_COLUMNS,
     INPUT_COLUMNS,
@@ -161,11 +161,7 @@ def _counts(wide: DataFrame) -> dict[str, Any]:
 
 # -- bronze selection and the watermark -----------------------------------------------------------------
 def _version(spark: SparkSession, path: str) -> int | None:
-    from delta.tables import DeltaTable
-
-    if not DeltaTable.isDeltaTable(spark, path):
-        return None
-    return int(DeltaTable.forPath(spark, path).history(1).collect()[0]["version"])
+    return lake.version(spark, path)
 
 
 COMPLETED = ("incremental", "snapshot", "full_refresh", "redecode", "up_to_date")
@@ -173,12 +169,10 @@ COMPLETED = ("incremental", "snapshot", "full_refresh", "redecode", "up_to_date"
 
 def progress_state(spark: SparkSession, tables: Tables) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """(latest progress row, latest row that is not a ``started`` intent), one Spark job."""
-    from delta.tables import DeltaTable
-
-    path = tables.path("silver", "progress")
-    if not DeltaTable.isDeltaTable(spark, path):
+    progress = lake.read(spark, tables.path("silver", "progress"))
+    if progress is None:
         return None, None
-    spark.read.format("delta").load(path).createOrReplaceTempView("_silver_progress")
+    progress.createOrReplaceTempView("_silver_progress")
     row = spark.sql(
         "SELECT max_by(struct(*), committed_at) AS last, "
         "max_by(struct(*), CASE WHEN mode != 'started' THEN committed_at END) AS done FROM _silver_progress"
@@ -228,15 +222,11 @@ def _feed_errors() -> tuple[type[BaseException], ...]:
 
 # -- writes ------------------------------------------------------------------------------------------
 def _last_commit(spark: SparkSession, path: str) -> Any:
-    from delta.tables import DeltaTable
-
-    return DeltaTable.forPath(spark, path).history(1).collect()[0]
+    return lake.last_commit(spark, path)
 
 
 def _exists(spark: SparkSession, tables: Tables, table: str) -> bool:
-    from delta.tables import DeltaTable
-
-    return DeltaTable.isDeltaTable(spark, tables.path("silver", table))
+    return lake.exists(spark, tables.path("silver", table))
 
 
 def merge_insert(
@@ -253,7 +243,6 @@ def merge_insert(
     nothing to collide with, that inserts exactly what the MERGE would (``frame`` is keyed), and a
     run killed after it finds the table and MERGEs. ``append``: the caller knows none of the rows
     can be in the table (see run_silver). ``rows``: rows in ``frame``, when known."""
-    from delta.tables import DeltaTable
 
     path = tables.path("silver", table)
     exists = _exists(spark, tables, table)
@@ -263,13 +252,7 @@ def merge_insert(
         frame.write.format("delta").mode("append").save(path)
         return rows if rows is not None else int(_last_commit(spark, path)["operationMetrics"]["numOutputRows"])
     key = MEMBER_KEY if table == MEMBER_TABLE else KEY
-    cond = " AND ".join(f"t.{k} = s.{k}" for k in key)
-    if pairs:  # lets Delta skip the target files of every other cluster and partition
-        clusters = sorted({c for c, _ in pairs})
-        parts = sorted({p for _, p in pairs})
-        cond += f" AND t.cluster IN ({sql_in_list(clusters)}) AND t.offsets_partition IN ({sql_in_list(parts)})"
-    metrics = DeltaTable.forPath(spark, path).alias("t").merge(frame.alias("s"), cond).whenNotMatchedInsertAll()
-    return int(metrics.execute().collect()[0]["num_inserted_rows"])
+    return lake.insert_new(spark, path, frame, key, pairs)  # pairs: Delta skips other partitions' files
 
 
 def _overwrite(tables: Tables, table: str, frame: DataFrame) -> None:
@@ -428,13 +411,12 @@ def _insert_tables(
 
 
 def _refresh_tables(spark: SparkSession, tables: Tables, wide: DataFrame, result: SilverResult) -> None:
-    from delta.tables import DeltaTable
 
     names = topic_names(spark, tables).persist()
     first = True
     try:
         for table in DATA_TABLES:
-            exists = DeltaTable.isDeltaTable(spark, tables.path("silver", table))
+            exists = _exists(spark, tables, table)
             if not result.rows.get(table) and not exists:
                 continue  # tables appear with their first row
             frame = with_topic_names(table_frame(wide, tables, table), table, names)
@@ -507,12 +489,7 @@ ZERO_UUID = "AAAAAAAAAAAAAAAAAAAAAA"  # the all-zero UUID: no topic id
 
 def _silver(spark: SparkSession, tables: Tables, table: str) -> DataFrame | None:
     """A silver table, or None when it does not exist yet (tables appear with their first row)."""
-    from delta.tables import DeltaTable
-
-    path = tables.path("silver", table)
-    if not DeltaTable.isDeltaTable(spark, path):
-        return None
-    return spark.read.format("delta").load(path)
+    return lake.read(spark, tables.path("silver", table))
 
 
 def topic_pairs(wide: DataFrame) -> DataFrame:
@@ -586,9 +563,9 @@ def _named_rows_in(spark: SparkSession, tables: Tables, clusters: set[str]) -> b
     inventory = _silver(spark, tables, "version_inventory")
     if inventory is None or not clusters:
         return False
-    from pipelines.runtime.tables import _sql_str
+    from pipelines.runtime.lake import sql_str
 
-    listed = ", ".join(_sql_str(c) for c in sorted(clusters))
+    listed = ", ".join(sql_str(c) for c in sorted(clusters))
     return bool(inventory.where(f"cluster IN ({listed}) AND record_type IN (7, 8, 13, 14)").limit(1).count())
 
 
@@ -651,9 +628,9 @@ def resolve_topic_names(spark: SparkSession, tables: Tables, clusters: set[str] 
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
-    from pipelines.runtime.tables import _sql_str
+    from pipelines.runtime.lake import sql_str
 
-    where = "true" if clusters is None else f"cluster IN ({', '.join(_sql_str(c) for c in sorted(clusters))})"
+    where = "true" if clusters is None else f"cluster IN ({', '.join(sql_str(c) for c in sorted(clusters))})"
     names = topic_names(spark, tables).where(where).persist()
     updated = 0
     try:
@@ -686,7 +663,7 @@ def resolve_topic_names(spark: SparkSession, tables: Tables, clusters: set[str] 
 
 
 # -- version inventory ---------------------------------------------------------------------------------
-def _int16(column: str) -> str:
+def int16_sql(column: str) -> str:
     """SQL: the leading big-endian int16 of a binary column, null when it has fewer than 2 bytes."""
     u = f"cast(conv(hex(substring({column}, 1, 2)), 16, 10) as int)"
     return f"CASE WHEN length({column}) >= 2 THEN (CASE WHEN {u} >= 32768 THEN {u} - 65536 ELSE {u} END) END"
@@ -712,8 +689,8 @@ def inventory_frame(spark: SparkSession, tables: Tables, bronze_version: int, pa
         F.expr("CASE WHEN control THEN 'control' WHEN value IS NULL THEN 'tombstone' ELSE 'data' END").alias(
             "record_kind"
         ),
-        F.expr(f"CASE WHEN NOT control THEN {_int16('key')} END").alias("record_type"),
-        F.expr(f"CASE WHEN NOT control THEN {_int16('value')} END").alias("value_version"),
+        F.expr(f"CASE WHEN NOT control THEN {int16_sql('key')} END").alias("record_type"),
+        F.expr(f"CASE WHEN NOT control THEN {int16_sql('value')} END").alias("value_version"),
     )
     quarantine = _silver(spark, tables, "quarantine")
     if quarantine is None:

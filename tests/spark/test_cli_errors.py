@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pipelines.bronze.segments_source import register as register_segments_source
 from pipelines.cli.main import error_message
 
 EXIT_FAILURE, EXIT_CONFIG = 1, 2  # docs/cli.md
@@ -106,6 +107,7 @@ def test_spark_errors_reduce_to_their_cause(spark, tmp_path: Path) -> None:
     assert error_message(worker.value) == "ValueError: bad value 0"
 
     missing = tmp_path / "nothing-here"
+    register_segments_source(spark)
     with pytest.raises(Exception) as planning:
         spark.read.format("kafka_segments").option("paths", json.dumps([str(missing)])).option(
             "cluster", "c1"

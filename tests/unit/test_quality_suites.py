@@ -18,7 +18,8 @@ from pipelines.quality.suites import (
     substitute,
     violation_predicate,
 )
-from pipelines.runtime.config import ConfigError, load
+from pipelines.runner import load_jobs as load
+from pipelines.runtime.config import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 REQUIRED_SUITES = {

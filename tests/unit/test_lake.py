@@ -1,0 +1,26 @@
+"""The lakehouse I/O module's SQL text: predicates Delta can prune files with, literals quoted."""
+
+from __future__ import annotations
+
+from pipelines.runtime.lake import partitions_predicate, sql_in_list, sql_str
+
+
+def test_sql_str_quotes_and_escapes() -> None:
+    assert sql_str("plain") == "'plain'"
+    assert sql_str("it's") == "'it\\'s'"
+    assert sql_str("back\\slash") == "'back\\\\slash'"
+
+
+def test_sql_in_list_sorts_and_quotes_only_strings() -> None:
+    assert sql_in_list([3, 1, 2]) == "1, 2, 3"
+    assert sql_in_list(["b", "a"]) == "'a', 'b'"
+
+
+def test_partitions_predicate_selects_exactly_the_pairs() -> None:
+    assert partitions_predicate([]) == "false"
+    pred = partitions_predicate([("c2", 7), ("c1", 3), ("c1", 1)], prefix="t.")
+    assert (
+        pred
+        == "(t.cluster = 'c1' AND t.offsets_partition IN (1, 3)) OR (t.cluster = 'c2' AND t.offsets_partition IN (7))"
+    )
+    assert partitions_predicate([("c", 0)], column="partition") == "(cluster = 'c' AND partition IN (0))"
