@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipelines.codec.errors import DecodeError, Reason
-from pipelines.codec.reader import Batch, FileSource, ReadIssue, Record, iter_log
+from pipelines.codec.reader import Batch, ReadIssue, Record
 from pipelines.codec.records import CONTROL_TYPES, RecordDecoding, decode_control, decode_record
-from pipelines.codec.segments import SegmentFile
+from pipelines.codec.segments import SegmentFile, iter_segment
 
 
 @dataclass
@@ -72,15 +72,6 @@ def type_version_key(decoding: RecordDecoding) -> str:
     rtype = "?" if decoding.record_type is None else str(decoding.record_type)
     version = "null" if decoding.tombstone else ("?" if decoding.value_version is None else str(decoding.value_version))
     return f"{rtype}/{version}"
-
-
-def iter_segment(seg: SegmentFile) -> Iterator[tuple[Batch | None, ReadIssue | None]]:
-    with FileSource(seg.path) as src:
-        for item in iter_log(src):
-            if isinstance(item, Batch):
-                yield item, None
-            else:
-                yield None, item
 
 
 def classify_issue(seg: SegmentFile, issue: ReadIssue) -> str:

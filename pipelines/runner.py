@@ -6,6 +6,8 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -14,11 +16,11 @@ from typing import Any
 from pipelines.errors import StageUnavailable
 from pipelines.quality.suites import check_job_overrides
 from pipelines.runtime import lake
-from pipelines.runtime.config import ConfigError, JobsFile, load, resolve_root
+from pipelines.runtime.config import STAGES, ConfigError, JobsFile, load, resolve_root
 
 log = logging.getLogger("offsets_lakehouse")
 
-AVAILABLE_STAGES = ("bronze", "silver", "gold", "quality")
+AVAILABLE_STAGES = STAGES
 QUALITY_FAILED = "quality_failed"
 
 
@@ -103,6 +105,23 @@ class Context:
         return self._tables
 
 
+@contextmanager
+def recorded_stage(ctx: Context, report: RunReport, stage: str) -> Iterator[StageReport]:
+    """Time a stage and record it in the run log (``bronze.runs``), failed or not."""
+    started = datetime.now(timezone.utc)
+    t0 = time.monotonic()
+    sr = StageReport(stage)
+    try:
+        yield sr
+    except Exception:
+        sr.status = "failed"
+        raise
+    finally:
+        sr.seconds = time.monotonic() - t0
+        report.stages.append(sr)
+        _record(ctx, report, sr, started)
+
+
 def run_job(ctx: Context, job_name: str, stages: list[str] | None = None, full_refresh: bool = False) -> RunReport:
     job = ctx.config.jobs.get(job_name)
     if job is None:
@@ -122,25 +141,8 @@ def run_job(ctx: Context, job_name: str, stages: list[str] | None = None, full_r
         _quality(ctx, job_name, report, None)
         return report
     for stage in data_stages:
-        started = datetime.now(timezone.utc)
-        t0 = time.monotonic()
-        sr = StageReport(stage)
-        try:
-            if stage == "bronze":
-                sr.details = _bronze(ctx, job.sources, report.run_id)
-            elif stage == "silver":
-                sr.details = _silver(ctx, report.run_id, full_refresh)
-            elif stage == "gold":
-                sr.details = _gold(ctx, report.run_id, full_refresh)
-        except Exception:
-            sr.status = "failed"
-            sr.seconds = time.monotonic() - t0
-            report.stages.append(sr)
-            _record(ctx, report, sr, started)
-            raise
-        sr.seconds = time.monotonic() - t0
-        report.stages.append(sr)
-        _record(ctx, report, sr, started)
+        with recorded_stage(ctx, report, stage) as sr:
+            sr.details = DATA_STAGES[stage](ctx, job.sources, report.run_id, full_refresh)
         if stage in checks and not _quality(ctx, job_name, report, stage, checks[stage]):
             log.error("quality: a rule with policy fail failed after %s: the run stops here (exit code 3)", stage)
             break
@@ -171,13 +173,10 @@ def _quality(
     from pipelines.quality.suites import LAYERS
     from pipelines.runtime.config import QualitySettings
 
-    started = datetime.now(timezone.utc)
-    t0 = time.monotonic()
-    sr = StageReport("quality")
     job = ctx.config.jobs.get(job_name) if job_name else None
     settings = job.quality if job else QualitySettings()
     sources = job.sources if job else list(ctx.config.sources)
-    try:
+    with recorded_stage(ctx, report, "quality") as sr:
         log.info("quality: %s suites%s", "/".join(layers or LAYERS), f" after {after}" if after else "")
         result = run_quality(
             ctx.spark,
@@ -194,13 +193,6 @@ def _quality(
         report.quality_outcomes += result.outcomes
         sr.details = [result.to_json()]
         sr.status = QUALITY_FAILED if result.failed else "ok"
-    except Exception:
-        sr.status = "failed"
-        raise
-    finally:
-        sr.seconds = time.monotonic() - t0
-        report.stages.append(sr)
-        _record(ctx, report, sr, started)
     return sr.status == "ok"
 
 
@@ -339,20 +331,10 @@ def redecode_job(ctx: Context, job_name: str) -> RunReport:
     if job_name not in ctx.config.jobs:
         raise ConfigError(f"{ctx.config_path}: jobs.{job_name}: no such job (known: {sorted(ctx.config.jobs)})")
     report = RunReport(f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}", job_name)
-    started = datetime.now(timezone.utc)
-    t0 = time.monotonic()
-    sr = StageReport("silver")
-    try:
+    with recorded_stage(ctx, report, "silver") as sr:
         result = redecode_quarantine(ctx.spark, ctx.tables, report.run_id)
         log.info("redecode: %d quarantined rows, %d released into their tables", result.bronze_rows, result.released)
         sr.details = [result.to_json()]
-    except Exception:
-        sr.status = "failed"
-        raise
-    finally:
-        sr.seconds = time.monotonic() - t0
-        report.stages.append(sr)
-        _record(ctx, report, sr, started)
     return report
 
 
@@ -374,3 +356,12 @@ def _record(ctx: Context, report: RunReport, sr: StageReport, started: datetime)
     ctx.spark.createDataFrame([row], spec.struct()).write.format("delta").mode("append").save(
         ctx.tables.path("bronze", "runs")
     )
+
+
+# the data stages in order (quality runs between them, see quality_checkpoints): each takes the
+# context, the job's sources, the run id and --full-refresh, and returns its report details
+DATA_STAGES: dict[str, Callable[[Context, list[str], str, bool], list[dict[str, Any]]]] = {
+    "bronze": lambda ctx, sources, run_id, full_refresh: _bronze(ctx, sources, run_id),
+    "silver": lambda ctx, sources, run_id, full_refresh: _silver(ctx, run_id, full_refresh),
+    "gold": lambda ctx, sources, run_id, full_refresh: _gold(ctx, run_id, full_refresh),
+}

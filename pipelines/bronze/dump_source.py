@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pipelines.bronze.ingest import IngestResult, merge_issues, merge_records
+from pipelines.bronze.sink import IngestResult, content_hash_udf, merge_issues, merge_records
 from pipelines.runtime.config import DumpSource
 
 if TYPE_CHECKING:
@@ -32,17 +32,6 @@ JSON_SCHEMA = (
     "headers array<struct<key:string,value:string>>, control boolean, producer_id bigint, transactional boolean, "
     "topic string, _corrupt_record string"
 )
-
-
-def content_hash_udf():
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import StringType
-
-    from pipelines.bronze.segments_source import content_hash
-
-    return F.udf(
-        lambda k, v: content_hash(None if k is None else bytes(k), None if v is None else bytes(v)), StringType()
-    )
 
 
 def _read_jsonl(spark: SparkSession, paths: list[str]) -> tuple[DataFrame, DataFrame]:

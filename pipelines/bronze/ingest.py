@@ -1,150 +1,30 @@
-"""Bronze ingestion: idempotent by construction.
+"""Bronze ingestion: one source of a job into ``bronze.offsets_records``, idempotent by construction.
 
-Every source produces rows keyed by the log position (cluster, partition, offset). They enter
-``bronze.offsets_records`` through an insert-only MERGE on that key, so re-ingesting
-overlapping input never duplicates a record, and a run killed at any point and re-run gives
-the same table: the data and what it implies about progress (the per-partition maximum
-offset) land in the same Delta commit. The Kafka source's read positions (its end offsets,
+Every source produces rows keyed by the log position (cluster, partition, offset) and hands them
+to the sink (pipelines/bronze/sink.py: insert-only MERGE, conflicts, read issues), so a run
+killed at any point and re-run gives the same table: the data and what it implies about
+progress land in the same Delta commit. The Kafka source's read positions (its end offsets,
 which can lie past the last returned record) are stored in that very commit's metadata
 (pipelines/bronze/kafka_source.py).
-
-The same position delivered again with different bytes is a conflict: the first delivery is
-kept, the conflict recorded in ``bronze.conflicts`` and counted in the run summary. Nothing in
-this module updates or deletes bronze rows.
 """
 
 from __future__ import annotations
 
 import json
-import os
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pipelines.bronze.dump_source import ingest_dump
+from pipelines.bronze.fs import list_segments
+from pipelines.bronze.kafka_source import ingest_kafka
+from pipelines.bronze.segments_source import cluster_for, register
+from pipelines.bronze.sink import IngestResult, merge_issues, merge_records
 from pipelines.errors import SourceNotFound
-from pipelines.runtime import faults, lake
 from pipelines.runtime.config import DumpSource, KafkaSource, SegmentsSource
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
     from pipelines.runtime.tables import Tables
-
-KEY = ("cluster", "partition", "offset")
-
-
-@dataclass
-class IngestResult:
-    source: str
-    cluster: str
-    kind: str
-    rows_read: int = 0
-    rows_inserted: int = 0
-    conflicts: int = 0
-    issues: list[dict[str, Any]] = field(default_factory=list)
-    positions: dict[str, int] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "source": self.source,
-            "cluster": self.cluster,
-            "kind": self.kind,
-            "rows_read": self.rows_read,
-            "rows_inserted": self.rows_inserted,
-            "conflicts": self.conflicts,
-            "issues": self.issues,
-            "positions": self.positions,
-            "notes": self.notes,
-        }
-
-
-def bronze_columns(tables: Tables) -> list[str]:
-    return [c.name for c in tables.spec("bronze", "offsets_records").columns]
-
-
-def merge_records(
-    spark: SparkSession,
-    tables: Tables,
-    rows: DataFrame,
-    run_id: str,
-    commit_metadata: dict[str, Any] | None = None,
-    always_commit: bool = False,
-) -> tuple[int, int]:
-    """Insert-only MERGE of bronze rows; returns (rows inserted, conflicts recorded).
-
-    ``always_commit``: when the MERGE has nothing to insert (no new table version), write an empty
-    commit carrying ``commit_metadata`` anyway: the Kafka source's positions must advance past
-    ranges that held only aborted commits or markers."""
-    from delta.tables import DeltaTable
-    from pyspark.sql import functions as F
-
-    target_name = tables.ensure("bronze", "offsets_records")
-    conflicts_name = tables.ensure("bronze", "conflicts")
-    path = tables.path("bronze", "offsets_records")
-    rows = rows.select(*bronze_columns(tables)).dropDuplicates(list(KEY))
-    rows = rows.persist()
-    try:
-        existing = spark.table(target_name).select(*KEY, "content_hash", "source_uri")
-        conflicts = (
-            rows.alias("s")
-            .join(existing.alias("t"), list(KEY))
-            .where(F.col("s.content_hash") != F.col("t.content_hash"))
-            .select(
-                *[F.col(f"s.{k}") for k in KEY],
-                F.col("t.content_hash").alias("kept_hash"),
-                F.col("t.source_uri").alias("kept_source_uri"),
-                F.col("s.content_hash").alias("rejected_hash"),
-                F.col("s.source_uri").alias("rejected_source_uri"),
-                F.lit(run_id).alias("run_id"),
-                F.current_timestamp().alias("detected_at"),
-            )
-        )
-        n_conflicts = conflicts.count()
-        if n_conflicts:
-            (
-                DeltaTable.forName(spark, conflicts_name)
-                .alias("t")
-                .merge(conflicts.alias("s"), " AND ".join(f"t.{k} = s.{k}" for k in (*KEY, "rejected_hash")))
-                .whenNotMatchedInsertAll()
-                .execute()
-            )
-        before = lake.version(spark, path)
-        faults.point("bronze.before_write")
-        if os.environ.get("OFFSETS_FAULT") == "bronze.after_write_before_commit":
-            # what a writer killed mid-MERGE leaves behind: data files that no commit references
-            rows.write.mode("append").partitionBy("cluster", "partition").parquet(path)
-            faults.point("bronze.after_write_before_commit")
-        with lake.commit_metadata(spark, commit_metadata):
-            inserted = lake.insert_new(spark, path, rows, KEY)
-        if always_commit and lake.version(spark, path) == before:
-            # Delta skips commits that change nothing unless told otherwise; this one carries the
-            # positions (a range of aborted commits and markers still moves the source forward)
-            with lake.commit_metadata(spark, commit_metadata):
-                spark.conf.set(SKIP_EMPTY, "false")
-                try:
-                    spark.createDataFrame([], rows.schema).write.format("delta").mode("append").save(path)
-                finally:
-                    spark.conf.unset(SKIP_EMPTY)
-        faults.point("bronze.after_commit")
-    finally:
-        rows.unpersist()
-    return inserted, n_conflicts
-
-
-SKIP_EMPTY = "spark.databricks.delta.skipRecordingEmptyCommits"
-
-
-def merge_issues(spark: SparkSession, tables: Tables, issues: DataFrame) -> None:
-    from delta.tables import DeltaTable
-
-    name = tables.ensure("bronze", "read_issues")
-    (
-        DeltaTable.forName(spark, name)
-        .alias("t")
-        .merge(issues.alias("s"), "t.cluster = s.cluster AND t.source_uri = s.source_uri AND t.position = s.position")
-        .whenNotMatchedInsertAll()
-        .execute()
-    )
 
 
 # -- sources ------------------------------------------------------------------------------------------
@@ -153,9 +33,6 @@ def ingest_segments(
 ) -> IngestResult:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
-
-    from pipelines.bronze.fs import list_segments
-    from pipelines.bronze.segments_source import cluster_for, register
 
     register(spark)  # bronze owns its data source; the runtime session knows no layer
 
@@ -212,11 +89,7 @@ def ingest(spark: SparkSession, tables: Tables, name: str, source: Any, run_id: 
     if isinstance(source, SegmentsSource):
         return ingest_segments(spark, tables, name, source, run_id, base_dir)
     if isinstance(source, KafkaSource):
-        from pipelines.bronze.kafka_source import ingest_kafka
-
         return ingest_kafka(spark, tables, name, source, run_id)
     if isinstance(source, DumpSource):
-        from pipelines.bronze.dump_source import ingest_dump
-
         return ingest_dump(spark, tables, name, source, run_id, base_dir)
     raise TypeError(f"unknown source {source!r}")

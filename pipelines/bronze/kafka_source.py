@@ -23,13 +23,13 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any
 
+from pipelines.bronze.sink import IngestResult, content_hash_udf, merge_records
 from pipelines.runtime import lake
 from pipelines.runtime.config import ConfigError, KafkaSource
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from pipelines.bronze.ingest import IngestResult
     from pipelines.runtime.tables import Tables
 
 log = logging.getLogger("offsets_lakehouse")
@@ -219,9 +219,6 @@ def read_range(spark: SparkSession, source: KafkaSource, start: dict[int, int], 
 
 def ingest_kafka(spark: SparkSession, tables: Tables, name: str, source: KafkaSource, run_id: str) -> IngestResult:
     from pyspark.sql import functions as F
-
-    from pipelines.bronze.dump_source import content_hash_udf
-    from pipelines.bronze.ingest import IngestResult, merge_records
 
     result = IngestResult(name, source.cluster, "kafka")
     ends = partition_ends(spark, source)

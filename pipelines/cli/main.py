@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
 
 from pipelines.errors import ConfigError, OffsetsLakehouseError
+from pipelines.runtime.config import STAGES
 
 EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_QUALITY = 0, 1, 2, 3
 
@@ -181,6 +184,18 @@ def error_message(exc: BaseException) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
+@contextmanager
+def one_line_errors(verbose: bool) -> Iterator[None]:
+    """Errors inside become one line on stderr and their exit code (docs/cli.md): a package
+    error its own (configuration 2), anything else 1."""
+    try:
+        yield
+    except OffsetsLakehouseError as exc:
+        _fail(exc, exc.exit_code, verbose)
+    except Exception as exc:
+        _fail(exc, EXIT_FAILURE, verbose)
+
+
 def _fail(exc: BaseException, code: int, verbose: bool) -> None:
     """One clear line on stderr (the traceback only with --verbose), then exit with ``code``."""
     if verbose:
@@ -208,7 +223,7 @@ _verbose_option = click.option("--verbose", "-v", is_flag=True, help="Debug logs
 @_config_option
 @click.option(
     "--stage",
-    type=click.Choice(["bronze", "silver", "gold", "quality", "all"]),
+    type=click.Choice([*STAGES, "all"]),
     default="all",
     show_default=True,
     help="Run one stage, or all stages of the job.",
@@ -232,13 +247,9 @@ def run(
     from pipelines.runner import Context, run_job
 
     _setup_logging(verbose, log_format)
-    try:
+    with one_line_errors(verbose):
         ctx = Context(config_path, master)
         report = run_job(ctx, job, None if stage == "all" else [stage], full_refresh)
-    except OffsetsLakehouseError as exc:
-        _fail(exc, exc.exit_code, verbose)
-    except Exception as exc:
-        _fail(exc, EXIT_FAILURE, verbose)
     _exit_with(report, as_json)
 
 
@@ -282,23 +293,15 @@ def quality(
     if job == "report":
         from pipelines.quality.report import load_report, render_text
 
-        try:
+        with one_line_errors(verbose):
             ctx = Context(config_path, master)
             doc = load_report(ctx.spark, ctx.tables, run_id)
-        except OffsetsLakehouseError as exc:
-            _fail(exc, exc.exit_code, verbose)
-        except Exception as exc:
-            _fail(exc, EXIT_FAILURE, verbose)
         click.echo(json.dumps(doc, default=str) if as_json else render_text(doc), nl=as_json)
         return
     if run_id:
         raise click.UsageError("--run is for `quality report`")
-    try:
+    with one_line_errors(verbose):
         report = quality_job(Context(config_path, master), job)
-    except OffsetsLakehouseError as exc:
-        _fail(exc, exc.exit_code, verbose)
-    except Exception as exc:
-        _fail(exc, EXIT_FAILURE, verbose)
     _exit_with(report, as_json)
 
 
@@ -318,12 +321,8 @@ def redecode(job: str, config_path: Path, master: str | None, as_json: bool, log
     from pipelines.runner import Context, redecode_job
 
     _setup_logging(verbose, log_format)
-    try:
+    with one_line_errors(verbose):
         report = redecode_job(Context(config_path, master), job)
-    except OffsetsLakehouseError as exc:
-        _fail(exc, exc.exit_code, verbose)
-    except Exception as exc:
-        _fail(exc, EXIT_FAILURE, verbose)
     if as_json:
         click.echo(json.dumps(report.to_json(), default=str))
     else:
@@ -342,12 +341,8 @@ def status(config_path: Path, as_json: bool, verbose: bool) -> None:
     from pipelines.runner import Context
     from pipelines.status import collect_status
 
-    try:
+    with one_line_errors(verbose):
         doc = collect_status(Context(config_path))
-    except OffsetsLakehouseError as exc:
-        _fail(exc, exc.exit_code, verbose)
-    except Exception as exc:
-        _fail(exc, EXIT_FAILURE, verbose)
     if as_json:
         click.echo(json.dumps(doc, default=str))
     else:
@@ -378,7 +373,7 @@ def sql(
 
     if not print_init and not query and not query_file:
         raise click.UsageError("give a QUERY, --file or --print-init")
-    try:
+    with one_line_errors(verbose):
         ctx = Context(config_path)
         if print_init:
             click.echo(ctx.tables.init_sql(), nl=False)
@@ -387,10 +382,6 @@ def sql(
         text = query_file.read_text() if query_file else query
         df = ctx.spark.sql(text)
         rows = df.limit(limit).collect() if not as_json else df.collect()
-    except OffsetsLakehouseError as exc:
-        _fail(exc, exc.exit_code, verbose)
-    except Exception as exc:
-        _fail(exc, EXIT_FAILURE, verbose)
     if as_json:
         for r in rows:
             click.echo(json.dumps(r.asDict(recursive=True), default=str))

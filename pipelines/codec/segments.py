@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import re
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipelines.codec.reader import Batch, FileSource, ReadIssue, iter_log
 from pipelines.errors import SourceNotFound
 
 PARTITION_DIR = re.compile(r"^__consumer_offsets-(\d+)$")
@@ -99,3 +101,14 @@ def parse_offset_index(data: bytes) -> list[tuple[int, int]]:
 def index_positions(log_path: Path) -> list[int]:
     """Known batch start positions of a segment, from its sibling ``.index`` file."""
     return [pos for _, pos in read_offset_index(log_path.with_suffix(".index"))]
+
+
+def iter_segment(seg: SegmentFile) -> Iterator[tuple[Batch | None, ReadIssue | None]]:
+    """A segment file's batches, each as ``(batch, None)``, and what could not be read as
+    ``(None, issue)``, in file order."""
+    with FileSource(seg.path) as src:
+        for item in iter_log(src):
+            if isinstance(item, Batch):
+                yield item, None
+            else:
+                yield None, item

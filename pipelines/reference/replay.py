@@ -34,8 +34,7 @@ from typing import Any
 from pipelines.codec.errors import DecodeError
 from pipelines.codec.reader import Batch
 from pipelines.codec.records import decode_control, decode_record
-from pipelines.codec.segments import SegmentFile, discover
-from pipelines.inspect import iter_segment
+from pipelines.codec.segments import SegmentFile, discover, iter_segment
 
 OFFSET_TYPES = (0, 1)
 GROUP_TOMBSTONE_TYPES = (2, 3, 11, 17)  # classic, consumer, share, streams group records

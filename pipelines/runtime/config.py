@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 
 from pipelines.errors import ConfigError
 
-__all__ = ["ConfigError", "JobsFile", "load", "resolve_root"]
+__all__ = ["STAGES", "ConfigError", "JobsFile", "load", "resolve_root"]
 
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -94,7 +94,9 @@ class DumpSource(_Source):
 
 
 Source = Annotated[KafkaSource | SegmentsSource | DumpSource, Field(discriminator="kind")]
-Stage = Literal["bronze", "silver", "gold", "quality"]
+# the stages of a job, in the order they run: declared once (the runner, the CLI and docs use it)
+STAGES = ("bronze", "silver", "gold", "quality")
+Stage = Literal[STAGES]  # type: ignore[valid-type]
 Policy = Literal["fail", "warn", "quarantine"]
 
 
@@ -112,7 +114,7 @@ class QualitySettings(_Model):
 
 class Job(_Model):
     sources: list[str] = Field(min_length=1)
-    stages: list[Stage] = Field(default_factory=lambda: ["bronze", "silver", "gold", "quality"])
+    stages: list[Stage] = Field(default_factory=lambda: list(STAGES))
     schedule: str | None = Field(None, description="cron expression, for Airflow/cron wrappers")
     quality: QualitySettings = QualitySettings()
 

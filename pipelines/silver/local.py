@@ -12,8 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from pipelines.codec.segments import discover
-from pipelines.inspect import iter_segment
+from pipelines.codec.segments import discover, iter_segment
 
 BRONZE_ARROW = pa.schema(
     [

@@ -60,8 +60,7 @@ class Evidence:
 
 
 def _file_ends(logs: Path) -> dict[int, int]:
-    from pipelines.codec.segments import discover
-    from pipelines.inspect import iter_segment
+    from pipelines.codec.segments import discover, iter_segment
 
     ends: dict[int, int] = {}
     for seg in discover([logs]):

@@ -88,8 +88,7 @@ def truncated_copy(logs: Path, ends: dict[int, int], dest: Path) -> Path:
     """The broker's files as they were when a snapshot was taken: every batch at or after the
     snapshot's log end offset cut away (compaction is held off in the harness, so the files
     before that point are what the broker had)."""
-    from pipelines.codec.segments import discover
-    from pipelines.inspect import iter_segment
+    from pipelines.codec.segments import discover, iter_segment
 
     for seg in discover([logs]):
         end = ends.get(seg.partition)
