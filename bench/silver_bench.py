@@ -38,7 +38,8 @@ from pipelines.bronze.ingest import ingest_segments  # noqa: E402
 from pipelines.runtime.config import SegmentsSource  # noqa: E402
 from pipelines.runtime.tables import Tables  # noqa: E402
 from pipelines.silver.decode import RECORD_TABLES, build_plan, decode_batch, decode_one  # noqa: E402
-from pipelines.silver.ingest import decode_frame, run_silver  # noqa: E402
+from pipelines.silver.frames import decode_frame  # noqa: E402
+from pipelines.silver.ingest import run_silver  # noqa: E402
 from pipelines.silver.local import BRONZE_ARROW, bronze_rows  # noqa: E402
 
 PURE_CAP = 1_000_000

@@ -326,7 +326,7 @@ def _log_silver(result: Any) -> None:
 
 def redecode_job(ctx: Context, job_name: str) -> RunReport:
     """Decode the job's quarantine again (after an upgrade); recorded as a silver stage run."""
-    from pipelines.silver.ingest import redecode_quarantine
+    from pipelines.silver.redecode import redecode_quarantine
 
     if job_name not in ctx.config.jobs:
         raise ConfigError(f"{ctx.config_path}: jobs.{job_name}: no such job (known: {sorted(ctx.config.jobs)})")

@@ -44,7 +44,7 @@ def collect_status(ctx: Any) -> dict[str, Any]:
                     f"offset {row['position']}, {row['held_back']} records behind the high watermark "
                     "(an open transaction; see docs/bronze.md)"
                 )
-    from pipelines.silver.ingest import silver_status
+    from pipelines.silver.progress import silver_status
 
     doc["silver"] = silver_status(ctx.spark, tables)
     if doc["silver"] is not None:

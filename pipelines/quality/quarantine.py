@@ -51,7 +51,7 @@ def quarantine_rows(spark: SparkSession, tables: Tables, offenders: list[Offende
     """silver.quarantine rows for the offenders, with raw bytes and envelope from bronze."""
     from pyspark.sql import functions as F
 
-    from pipelines.silver.ingest import int16_sql
+    from pipelines.silver.inventory import int16_sql
 
     keyed = [
         o.keys.select(
@@ -166,7 +166,8 @@ def settle(spark: SparkSession, tables: Tables) -> dict[str, int]:
 
 
 def _inventory(spark: SparkSession, tables: Tables, held: DataFrame) -> None:
-    from pipelines.silver.ingest import last_progress, update_inventory
+    from pipelines.silver.inventory import update_inventory
+    from pipelines.silver.progress import last_progress
 
     progress = last_progress(spark, tables)
     if progress is None or progress["bronze_version"] is None:

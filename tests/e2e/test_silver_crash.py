@@ -12,7 +12,8 @@ import pytest
 
 from pipelines.generate import generate
 from pipelines.runtime.tables import Tables
-from pipelines.silver.ingest import progress_state, run_silver
+from pipelines.silver.ingest import run_silver
+from pipelines.silver.progress import progress_state
 from tests.e2e.jobrun import jobs_file, run, run_here
 from tests.support.silver import census, snapshot
 

@@ -187,7 +187,7 @@ def test_policies_warn_fail_and_quarantine(lakehouse) -> None:
     assert left == 0
 
     # redecode (after an upgrade) leaves them: they decode fine, a rule put them there
-    from pipelines.silver.ingest import redecode_quarantine
+    from pipelines.silver.redecode import redecode_quarantine
 
     assert redecode_quarantine(spark, tables, "redecode").released == 0
     assert spark.sql(f"SELECT count(*) FROM delta.`{quarantine}` WHERE cluster = 'gen'").collect()[0][0] == 2

@@ -14,8 +14,9 @@ from pipelines.quality.stage import evaluate_suite, params_of
 from pipelines.quality.suites import load_suites
 from pipelines.runtime.config import QualitySettings
 from pipelines.runtime.tables import Tables
+from pipelines.silver.contract import DATA_TABLES
 from pipelines.silver.decode import build_plan
-from pipelines.silver.ingest import DATA_TABLES, decode_frame, table_frame
+from pipelines.silver.frames import decode_frame, table_frame
 from pipelines.silver.local import BRONZE_ARROW, bronze_rows
 
 

@@ -26,7 +26,8 @@ from pipelines.generate import generate
 from pipelines.runtime import faults
 from pipelines.runtime.config import SegmentsSource
 from pipelines.runtime.tables import Tables
-from pipelines.silver.ingest import last_progress, run_silver
+from pipelines.silver.ingest import run_silver
+from pipelines.silver.progress import last_progress
 from tests.support.silver import census, commits_of, read, snapshot, topic_id_pairs_of, versions
 
 RECORD_TABLES = (

@@ -18,7 +18,8 @@ from click.testing import CliRunner
 from pipelines.bronze.dump_source import ingest_dump
 from pipelines.cli.main import cli
 from pipelines.runtime.config import DumpSource
-from pipelines.silver.ingest import redecode_quarantine, run_silver
+from pipelines.silver.ingest import run_silver
+from pipelines.silver.redecode import redecode_quarantine
 from tests.support.silver import read, versions
 from tests.unit.test_silver_decode import KEY_13_1, KEY_13_5, TOPIC_ID, TS, VALUE_13_2, VALUE_13_4, group_value_13_6, h
 

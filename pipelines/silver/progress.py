@@ -1,0 +1,96 @@
+"""silver.progress: the intent and watermark rows, where silver stands, and the status report."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from pipelines.runtime import lake
+from pipelines.silver.contract import BRONZE, SilverResult, read_table, table_exists
+from pipelines.silver.decode import (
+    DecodePlan,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from pipelines.runtime.tables import Tables
+COMPLETED = ("incremental", "snapshot", "full_refresh", "redecode", "up_to_date")
+
+
+def progress_state(spark: SparkSession, tables: Tables) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """(latest progress row, latest row that is not a ``started`` intent), one Spark job."""
+    progress = lake.read(spark, tables.path("silver", "progress"))
+    if progress is None:
+        return None, None
+    progress.createOrReplaceTempView("_silver_progress")
+    row = spark.sql(
+        "SELECT max_by(struct(*), committed_at) AS last, "
+        "max_by(struct(*), CASE WHEN mode != 'started' THEN committed_at END) AS done FROM _silver_progress"
+    ).collect()[0]
+    return (
+        row["last"].asDict() if row["last"] is not None else None,
+        row["done"].asDict() if row["done"] is not None else None,
+    )
+
+
+def last_progress(spark: SparkSession, tables: Tables) -> dict[str, Any] | None:
+    """The latest completed (or refresh_pending) progress row: where silver stands."""
+    return progress_state(spark, tables)[1]
+
+
+def write_progress(
+    spark: SparkSession, tables: Tables, run_id: str, mode: str, bronze_version: int | None, rows: int, summary: dict
+) -> None:
+    from pyspark.sql import Row
+
+    if not table_exists(spark, tables, "progress"):
+        tables.ensure("silver", "progress")
+    row = Row(
+        run_id=run_id,
+        mode=mode,
+        bronze_version=bronze_version,
+        bronze_rows=rows,
+        decoder_version=summary.get("decoder_version", ""),
+        committed_at=datetime.now(timezone.utc),
+        summary=json.dumps(summary, sort_keys=True, default=str),
+    )
+    spark.createDataFrame([row], tables.spec("silver", "progress").struct()).write.format("delta").mode("append").save(
+        tables.path("silver", "progress")
+    )
+
+
+def finish(
+    spark: SparkSession, tables: Tables, run_id: str, result: SilverResult, plan: DecodePlan, bronze_version: int
+) -> None:
+    """The watermark, written last: bronze version done, and the topic_ids version it saw."""
+    summary = result.to_json() | {
+        "decoder_version": plan.decoder_version,
+        "topic_ids_version": lake.version(spark, tables.path("silver", "topic_ids")),
+    }
+    write_progress(spark, tables, run_id, result.mode, bronze_version, result.bronze_rows, summary)
+
+
+# -- status ------------------------------------------------------------------------------------------
+def silver_status(spark: SparkSession, tables: Tables) -> dict[str, Any] | None:
+    """For ``offsets-lakehouse status``: the watermark against bronze, the last run, the quarantine."""
+    from pyspark.sql import functions as F
+
+    last, done = progress_state(spark, tables)
+    if last is None:
+        return None
+    bronze = lake.version(spark, tables.path(*BRONZE))
+    quarantine = read_table(spark, tables, "quarantine")
+    reasons = {}
+    if quarantine is not None:
+        reasons = {r["reason"]: r["n"] for r in quarantine.groupBy("reason").agg(F.count("*").alias("n")).collect()}
+    return {
+        "watermark": None if done is None else done["bronze_version"],
+        "bronze_version": bronze,
+        "last_run": last["run_id"],
+        "last_mode": last["mode"],
+        "last_at": last["committed_at"],
+        "killed": last["mode"] == "started",
+        "quarantined": reasons,
+    }

@@ -1,0 +1,104 @@
+"""Re-decoding the quarantine after an upgrade: rows this decoder reads move into their tables."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pipelines.runtime import faults
+from pipelines.silver.contract import DATA_TABLES, KEY, SilverResult, read_table
+from pipelines.silver.decode import (
+    QUALITY_REASON,
+    build_plan,
+)
+from pipelines.silver.frames import decode_frame, decoded_counts, table_frame
+from pipelines.silver.inventory import update_inventory
+from pipelines.silver.progress import finish, last_progress
+from pipelines.silver.topics import resolve_topic_names, topic_names, update_topic_ids, with_topic_names
+from pipelines.silver.write import merge_insert
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from pipelines.runtime.tables import Tables
+
+
+# -- quarantine re-decoding -------------------------------------------------------------------------
+def redecode_quarantine(spark: SparkSession, tables: Tables, run_id: str) -> SilverResult:
+    """Decode every quarantine row again; move the ones this decoder reads into their tables.
+
+    Tables first, quarantine second: a run killed in between leaves a record in both, and the
+    next ``redecode`` finishes the move (the inserts are keyed, so nothing is duplicated).
+    Rows still undecodable keep their place with this decoder's reason and version.
+    """
+    from delta.tables import DeltaTable
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    result = SilverResult("redecode")
+    quarantine = read_table(spark, tables, "quarantine")
+    if quarantine is not None:
+        # records a quality rule moved there decode fine: they stay (pipelines/quality/quarantine.py)
+        quarantine = quarantine.where(~F.col("reason").startswith(QUALITY_REASON))
+    progress = last_progress(spark, tables)
+    if quarantine is None or progress is None or progress["bronze_version"] is None:
+        result.notes.append("nothing quarantined (or silver never completed a run)")
+        return result
+    result.bronze_version = progress["bronze_version"]
+    rows = quarantine.select(
+        "cluster",
+        F.col("offsets_partition").alias("partition"),
+        F.col("record_offset").alias("offset"),
+        "timestamp",
+        "producer_id",
+        "producer_epoch",
+        "transactional",
+        "control",
+        F.col("raw_key").alias("key"),
+        F.col("raw_value").alias("value"),
+        "source_uri",
+        "batch_position",
+    )
+    plan = build_plan()
+    wide = decode_frame(rows, plan).persist(StorageLevel.MEMORY_AND_DISK)
+    changed = False
+    try:
+        counts = decoded_counts(wide)
+        result.bronze_rows = counts["_rows"]
+        if not result.bronze_rows:
+            return result
+        result.rows = {t: counts[t] for t in DATA_TABLES if t != "quarantine"}
+        result.quarantined = counts["quarantine"]
+        result.released = result.bronze_rows - result.quarantined
+        pairs = counts["_pairs"]
+        learnt = update_topic_ids(spark, tables, wide) if counts["_topic_carriers"] else set()
+        names = topic_names(spark, tables)
+        for table in DATA_TABLES:
+            if table != "quarantine" and result.rows.get(table):
+                frame = with_topic_names(table_frame(wide, tables, table), table, names)
+                result.inserted[table] = merge_insert(spark, tables, table, frame, pairs)
+        faults.point("silver.redecode_before_quarantine")
+        still = table_frame(wide, tables, "quarantine")
+        decided = wide.select(*KEY, F.col("quarantine").isNull().alias("_released"))
+        source = decided.join(still, list(KEY), "left")
+        columns = [c.name for c in tables.spec("silver", "quarantine").columns]
+        differs = " OR ".join(f"NOT (t.{c} <=> s.{c})" for c in columns if c not in KEY)
+        on = " AND ".join(f"t.{k} = s.{k}" for k in KEY)
+        changes = source.alias("s").join(quarantine.alias("t"), F.expr(on)).where(f"s._released OR {differs}")
+        changed = bool(changes.limit(1).count())
+        if changed:
+            (
+                DeltaTable.forPath(spark, tables.path("silver", "quarantine"))
+                .alias("t")
+                .merge(source.alias("s"), on)
+                .whenMatchedDelete(condition="s._released")
+                .whenMatchedUpdate(condition=f"NOT s._released AND ({differs})", set={c: f"s.{c}" for c in columns})
+                .execute()
+            )
+        if learnt:
+            result.topic_names_resolved = resolve_topic_names(spark, tables, learnt)
+        update_inventory(spark, tables, result.bronze_version, pairs)
+    finally:
+        wide.unpersist()
+    if changed or sum(result.inserted.values()):
+        finish(spark, tables, run_id, result, plan, result.bronze_version)
+    return result

@@ -1,0 +1,211 @@
+"""Topic ids and names: silver.topic_ids (only grows) and the names filled in next to topic ids."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pipelines.silver.contract import KEY, read_table, table_exists
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from pipelines.runtime.tables import Tables
+
+
+# array<struct<topic_id, topic, ...>> columns whose `topic` is resolved from silver.topic_ids:
+# (table, struct column or None for a top-level array, array field)
+TOPIC_ARRAYS = (
+    ("consumer_group_target_assignment_member", None, "topic_partitions"),
+    ("consumer_group_current_member_assignment", None, "assigned_partitions"),
+    ("consumer_group_current_member_assignment", None, "partitions_pending_revocation"),
+    ("consumer_group_current_member_assignment", None, "partitions_pending_assignment"),
+    ("share_group_records", "target_assignment_member", "topic_partitions"),
+    ("share_group_records", "current_member_assignment", "assigned_partitions"),
+)
+
+
+# -- topic ids ------------------------------------------------------------------------------------
+_PAIR = "struct<topic_id:string,topic_name:string>"
+
+
+# arrays of structs with topic_id and topic_name in the decoded rows: the map the log carries
+_PAIR_ARRAYS = (
+    "consumer_group_partition_metadata.topics",
+    "share_group_records.partition_metadata.topics",
+    "share_group_records.state_partition_metadata.initializing_topics",
+    "share_group_records.state_partition_metadata.initialized_topics",
+    "share_group_records.state_partition_metadata.deleting_topics",
+    "streams_group_records.partition_metadata.topics",
+)
+TOPIC_ID_KEY = ("cluster", "topic_id", "topic_name")
+ZERO_UUID = "AAAAAAAAAAAAAAAAAAAAAA"  # the all-zero UUID: no topic id
+
+
+def topic_pairs(wide: DataFrame) -> DataFrame:
+    """(cluster, topic_id, topic_name, first_seen) that the decoded rows carry."""
+    from pyspark.sql import functions as F
+
+    empty = F.array().cast(f"array<{_PAIR}>")
+    commit = F.col("offset_commits")
+    parts = [
+        F.when(
+            commit["topic_id"].isNotNull(),
+            F.array(F.struct(commit["topic_id"].alias("topic_id"), commit["topic"].alias("topic_name"))),
+        ).otherwise(empty)
+    ]
+    for path in _PAIR_ARRAYS:
+        pairs = F.transform(
+            F.col(path), lambda x: F.struct(x["topic_id"].alias("topic_id"), x["topic_name"].alias("topic_name"))
+        )
+        parts.append(F.coalesce(pairs, empty))
+    return (
+        wide.select("cluster", "timestamp", F.explode(F.concat(*parts)).alias("_t"))
+        .select("cluster", "_t.topic_id", "_t.topic_name", "timestamp")
+        .where(f"topic_id IS NOT NULL AND topic_id != '{ZERO_UUID}' AND topic_name IS NOT NULL")
+        .groupBy(*TOPIC_ID_KEY)
+        .agg(F.min("timestamp").alias("first_seen"))
+    )
+
+
+def update_topic_ids(spark: SparkSession, tables: Tables, wide: DataFrame, overwrite: bool = False) -> set[str]:
+    """Add the pairs the decoded rows carry to silver.topic_ids; returns the clusters that learnt any.
+
+    Pairs are only ever added and ``first_seen`` only ever lowered, so applying the same rows
+    again (a re-run, a re-processed range) changes nothing and the order of runs does not matter.
+    """
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    fresh = topic_pairs(wide).select(*[c.name for c in tables.spec("silver", "topic_ids").columns]).persist()
+    try:
+        path = tables.path("silver", "topic_ids")
+        new_table = not table_exists(spark, tables, "topic_ids")
+        if new_table:
+            tables.ensure("silver", "topic_ids")
+        if overwrite or new_table:
+            fresh.write.format("delta").mode("overwrite").save(path)
+            return {r[0] for r in fresh.select("cluster").distinct().collect()}
+        on = " AND ".join(f"t.{k} = s.{k}" for k in TOPIC_ID_KEY)
+        earlier = "s.first_seen < t.first_seen OR (t.first_seen IS NULL AND s.first_seen IS NOT NULL)"
+        existing = spark.read.format("delta").load(path)
+        news = fresh.alias("s").join(existing.alias("t"), F.expr(on), "left").where(f"t.topic_id IS NULL OR {earlier}")
+        learnt = {r[0] for r in news.select("s.cluster").distinct().collect()}
+        if learnt:
+            (
+                DeltaTable.forPath(spark, path)
+                .alias("t")
+                .merge(fresh.alias("s"), on)
+                .whenMatchedUpdate(condition=earlier, set={"first_seen": "s.first_seen"})
+                .whenNotMatchedInsertAll()
+                .execute()
+            )
+        return learnt
+    finally:
+        fresh.unpersist()
+
+
+def named_rows_in(spark: SparkSession, tables: Tables, clusters: set[str]) -> bool:
+    """Did silver hold records with topic ids (types 7, 8, 13, 14) in these clusters before this run?
+
+    Asked of version_inventory, which this run has not updated yet.
+    """
+    inventory = read_table(spark, tables, "version_inventory")
+    if inventory is None or not clusters:
+        return False
+    from pipelines.runtime.lake import sql_str
+
+    listed = ", ".join(sql_str(c) for c in sorted(clusters))
+    return bool(inventory.where(f"cluster IN ({listed}) AND record_type IN (7, 8, 13, 14)").limit(1).count())
+
+
+def topic_names(spark: SparkSession, tables: Tables) -> DataFrame:
+    """cluster -> map(topic id -> name) for ids with exactly one name in silver.topic_ids."""
+    from pyspark.sql import functions as F
+
+    ids = read_table(spark, tables, "topic_ids")
+    if ids is None:
+        ids = spark.createDataFrame([], "cluster string, topic_id string, topic_name string")
+    return (
+        ids.groupBy("cluster", "topic_id")
+        .agg(F.count_distinct("topic_name").alias("n"), F.first("topic_name").alias("topic_name"))
+        .where("n = 1")
+        .groupBy("cluster")
+        .agg(F.map_from_entries(F.collect_list(F.struct("topic_id", "topic_name"))).alias("_names"))
+    )
+
+
+def _fill_topic(x: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    return x.withField("topic", F.try_element_at(F.col("_names"), x["topic_id"]))
+
+
+def resolved_columns(table: str) -> dict[str, Any]:
+    """Column -> expression with ``topic`` filled from a ``_names`` map column, for one table."""
+    from pyspark.sql import functions as F
+
+    out: dict[str, Any] = {}
+    for t, struct, array in TOPIC_ARRAYS:
+        if t != table:
+            continue
+        resolved = F.transform(F.col(array if struct is None else f"{struct}.{array}"), _fill_topic)
+        if struct is None:
+            out[array] = resolved
+        else:
+            inner = out.get(struct, F.col(struct)).withField(array, resolved)
+            out[struct] = F.when(F.col(struct).isNull(), F.lit(None)).otherwise(inner)
+    return out
+
+
+def with_topic_names(frame: DataFrame, table: str, names: DataFrame) -> DataFrame:
+    """``frame`` (rows of ``table``) with topic names filled in, same columns and order."""
+    from pyspark.sql import functions as F
+
+    columns = resolved_columns(table)
+    if not columns:
+        return frame
+    joined = frame.join(F.broadcast(names), "cluster", "left")
+    return joined.select(*[columns[c].alias(c) if c in columns else F.col(c) for c in frame.columns])
+
+
+def resolve_topic_names(spark: SparkSession, tables: Tables, clusters: set[str] | None = None) -> int:
+    """Set ``topic`` next to every topic id already in silver from silver.topic_ids; rows updated.
+
+    Only rows whose arrays change are rewritten, so the outcome depends on the map alone: the
+    same however rows and map arrived (incremental, refresh, re-decode, in any order).
+    """
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    from pipelines.runtime.lake import sql_str
+
+    where = "true" if clusters is None else f"cluster IN ({', '.join(sql_str(c) for c in sorted(clusters))})"
+    names = topic_names(spark, tables).where(where).persist()
+    updated = 0
+    try:
+        for table in sorted({t for t, _, _ in TOPIC_ARRAYS}):
+            df = read_table(spark, tables, table)
+            if df is None:
+                continue
+            df = df.where(where)
+            new_cols = resolved_columns(table)
+            base = df.join(F.broadcast(names), "cluster", "left")
+            computed = base.select(
+                *KEY, *[F.col(c).alias(f"_old_{c}") for c in new_cols], *[v.alias(c) for c, v in new_cols.items()]
+            )
+            differs = " OR ".join(f"NOT ({c} <=> _old_{c})" for c in new_cols)
+            changes = computed.where(differs).select(*KEY, *new_cols).persist()
+            n = changes.count()
+            if n:
+                (
+                    DeltaTable.forPath(spark, tables.path("silver", table))
+                    .alias("t")
+                    .merge(changes.alias("s"), " AND ".join(f"t.{k} = s.{k}" for k in KEY))
+                    .whenMatchedUpdate(set={c: f"s.{c}" for c in new_cols})
+                    .execute()
+                )
+                updated += n
+            changes.unpersist()
+    finally:
+        names.unpersist()
+    return updated

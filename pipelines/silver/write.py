@@ -1,0 +1,146 @@
+"""Writing the silver tables: keyed inserts, full-refresh overwrites, replace-if-changed."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from pipelines.runtime import faults, lake
+from pipelines.silver.contract import DATA_TABLES, KEY, MEMBER_KEY, SilverResult, table_exists
+from pipelines.silver.decode import (
+    MEMBER_TABLE,
+)
+from pipelines.silver.frames import table_frame
+from pipelines.silver.topics import topic_names, with_topic_names
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from pipelines.runtime.tables import Tables
+
+
+def merge_insert(
+    spark: SparkSession,
+    tables: Tables,
+    table: str,
+    frame: DataFrame,
+    pairs: list[tuple[str, int]] | None = None,
+    rows: int | None = None,
+    append: bool = False,
+) -> int:
+    """Insert-only MERGE on the log position; returns rows inserted (a MERGE inserting nothing
+    writes no table version). A table that does not exist yet is created and appended to: with
+    nothing to collide with, that inserts exactly what the MERGE would (``frame`` is keyed), and a
+    run killed after it finds the table and MERGEs. ``append``: the caller knows none of the rows
+    can be in the table (see run_silver). ``rows``: rows in ``frame``, when known."""
+
+    path = tables.path("silver", table)
+    exists = table_exists(spark, tables, table)
+    if not exists or append:
+        if not exists:
+            tables.ensure("silver", table)
+        frame.write.format("delta").mode("append").save(path)
+        return rows if rows is not None else int(lake.last_commit(spark, path)["operationMetrics"]["numOutputRows"])
+    key = MEMBER_KEY if table == MEMBER_TABLE else KEY
+    return lake.insert_new(spark, path, frame, key, pairs)  # pairs: Delta skips other partitions' files
+
+
+def overwrite_table(tables: Tables, table: str, frame: DataFrame) -> None:
+    tables.ensure("silver", table)
+    frame.write.format("delta").mode("overwrite").save(tables.path("silver", table))
+
+
+def insert_tables(
+    spark: SparkSession,
+    tables: Tables,
+    wide: DataFrame,
+    pairs: list[tuple[str, int]],
+    result: SilverResult,
+    resolve: bool,
+    append: bool,
+) -> None:
+    names = topic_names(spark, tables).persist() if resolve else None
+    written = 0
+    try:
+        for table in DATA_TABLES:
+            if not result.rows.get(table):
+                continue
+            frame = table_frame(wide, tables, table)
+            if names is not None:
+                frame = with_topic_names(frame, table, names)
+            crash = os.environ.get("OFFSETS_FAULT") == "silver.after_write_before_commit"
+            if crash and written == 1 and table_exists(spark, tables, table):
+                # what a writer killed mid-MERGE leaves behind: data files that no commit references
+                frame.write.mode("append").partitionBy("cluster", "offsets_partition").parquet(
+                    tables.path("silver", table)
+                )
+                faults.point("silver.after_write_before_commit")
+            result.inserted[table] = merge_insert(spark, tables, table, frame, pairs, result.rows[table], append)
+            written += 1
+            if written == 1:
+                faults.point("silver.after_first_table")
+    finally:
+        if names is not None:
+            names.unpersist()
+
+
+def refresh_tables(spark: SparkSession, tables: Tables, wide: DataFrame, result: SilverResult) -> None:
+
+    names = topic_names(spark, tables).persist()
+    first = True
+    try:
+        for table in DATA_TABLES:
+            exists = table_exists(spark, tables, table)
+            if not result.rows.get(table) and not exists:
+                continue  # tables appear with their first row
+            frame = with_topic_names(table_frame(wide, tables, table), table, names)
+            overwrite_table(tables, table, frame)
+            result.inserted[table] = result.rows.get(table, 0)
+            if first:
+                faults.point("silver.refresh_after_first_table")
+                first = False
+    finally:
+        names.unpersist()
+
+
+def replace_if_changed(
+    spark: SparkSession,
+    tables: Tables,
+    table: str,
+    fresh: DataFrame,
+    where: str,
+    key: tuple[str, ...],
+    changed: bool | None = None,
+) -> tuple[bool, bool]:
+    """Make the rows of ``table`` matching ``where`` equal ``fresh`` (which all match it).
+
+    Writes (one ``replaceWhere`` overwrite) only when something differs, so an unchanged
+    recomputation adds no table version; ``changed=True`` skips the comparison when the caller
+    knows. Returns (rows changed, keys added or removed).
+    """
+    from pyspark.sql import functions as F
+
+    path = tables.path("silver", table)
+    if not table_exists(spark, tables, table):
+        tables.ensure("silver", table)
+        where = "true"
+    if where == "true" or changed:
+        writer = fresh.write.format("delta").mode("overwrite")
+        (writer if where == "true" else writer.option("replaceWhere", where)).save(path)
+        return True, True
+    fresh = fresh.persist()
+    try:
+        columns = [c.name for c in tables.spec("silver", table).columns]
+        existing = spark.read.format("delta").load(path).where(where)
+        on = F.expr(" AND ".join(f"s.{k} <=> t.{k}" for k in key))
+        joined = fresh.alias("s").join(existing.withColumn("_present", F.lit(True)).alias("t"), on, "full_outer")
+        same = " AND ".join(f"s.{c} <=> t.{c}" for c in columns)
+        row = joined.agg(
+            F.count(F.when(F.expr(f"NOT ({same})"), 1)).alias("changed"),
+            F.count(F.when(F.expr("t._present IS NULL OR s.cluster IS NULL"), 1)).alias("keys"),
+        ).collect()[0]
+        if row["changed"]:
+            fresh.write.format("delta").mode("overwrite").option("replaceWhere", where).save(path)
+        return row["changed"] > 0, row["keys"] > 0
+    finally:
+        fresh.unpersist()
