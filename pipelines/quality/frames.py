@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     from pipelines.truth import TruthSnapshot
 
 # silver tables with one row per bronze record (group_members has one per member)
-SILVER_RECORD_TABLES = RECORD_TABLES
 
 
 @dataclass
@@ -249,7 +248,7 @@ def load_frame(name: str, spark: SparkSession, tables: Tables, inputs: Inputs) -
     if name == "gold.reconciliation":
         if _read(spark, tables, "silver", "progress") is None:
             return Frame(None, missing="silver has not run yet")
-        silver = [df for t in SILVER_RECORD_TABLES if (df := _read(spark, tables, "silver", t)) is not None]
+        silver = [df for t in RECORD_TABLES if (df := _read(spark, tables, "silver", t)) is not None]
         return Frame(gold_reconciliation(bronze, silver))
     if name == "gold.truth_snapshot":
         if inputs.truth is None:

@@ -1,41 +1,14 @@
-"""Quarantine by a quality rule: offending records move from silver's typed tables into
-silver.quarantine, with reason ``quality:<suite>.<expectation>`` and the raw bytes from bronze.
-
-Nothing is lost and silver still reconciles with bronze (decoded + quarantined + control =
-bronze records): a record leaves its typed table only after it is in quarantine. Bronze is never
-rewritten: for a bronze rule, the record's silver rows are what moves. One Delta transaction per
-table: one insert-only MERGE into quarantine, then one delete MERGE per typed table holding any
-of the records. A run killed between the two leaves a record in both; every quality run on
-silver first deletes from the typed tables whatever quarantine holds for a quality reason
-(:func:`settle`), so the next run finishes the move. ``redecode`` leaves quality rows alone.
-"""
+"""The offenders of a quality rule with policy ``quarantine``, as silver keys. Quality only finds
+them; silver moves them (:mod:`pipelines.silver.quarantine`), so each layer owns its writes."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from functools import reduce
 from typing import TYPE_CHECKING
 
-from pipelines.quality.frames import QUALITY_REASON, SILVER_RECORD_TABLES
-from pipelines.runtime import lake
+from pipelines.silver.contract import KEY
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
-
-    from pipelines.runtime.tables import Tables
-
-KEY = ("cluster", "offsets_partition", "record_offset")
-TYPED_TABLES = (*(t for t in SILVER_RECORD_TABLES if t != "quarantine"), "group_members")
-
-
-@dataclass
-class Offenders:
-    """The rows one rule found, as silver keys (plus group_id when the frame has it)."""
-
-    reason: str  # quality:<suite>.<expectation>
-    detail: str
-    decoder_version: str
-    keys: DataFrame  # cluster, offsets_partition, record_offset, group_id
+    from pyspark.sql import DataFrame
 
 
 def offender_keys(frame: DataFrame, key: tuple[str, ...], predicate: str) -> DataFrame:
@@ -45,132 +18,3 @@ def offender_keys(frame: DataFrame, key: tuple[str, ...], predicate: str) -> Dat
     cols = [F.col(k).alias(n) for k, n in zip(key, KEY, strict=True)]
     group = F.col("group_id") if "group_id" in frame.columns else F.lit(None).cast("string")
     return frame.where(predicate).select(*cols, group.alias("group_id")).distinct()
-
-
-def quarantine_rows(spark: SparkSession, tables: Tables, offenders: list[Offenders]) -> DataFrame:
-    """silver.quarantine rows for the offenders, with raw bytes and envelope from bronze."""
-    from pyspark.sql import functions as F
-
-    from pipelines.silver.inventory import int16_sql
-
-    keyed = [
-        o.keys.select(
-            *KEY,
-            "group_id",
-            F.lit(o.reason).alias("reason"),
-            F.lit(o.detail).alias("error_detail"),
-            F.lit(o.decoder_version).alias("decoder_version"),
-        )
-        for o in offenders
-    ]
-    union = reduce(lambda a, b: a.unionByName(b), keyed)
-    # one row per record: the first rule (by reason) that caught it
-    first = union.groupBy(*KEY).agg(
-        F.min(F.struct("reason", "error_detail", "decoder_version", "group_id")).alias("_r")
-    )
-    bronze = spark.read.format("delta").load(tables.path("bronze", "offsets_records"))
-    b = bronze.select(
-        "cluster",
-        F.col("partition").alias("offsets_partition"),
-        F.col("offset").alias("record_offset"),
-        "timestamp",
-        "producer_id",
-        "producer_epoch",
-        "transactional",
-        "control",
-        F.expr(f"CASE WHEN NOT control THEN {int16_sql('key')} END").alias("record_type"),
-        F.expr(f"CASE WHEN NOT control THEN {int16_sql('value')} END").alias("value_version"),
-        F.col("key").alias("raw_key"),
-        F.col("value").alias("raw_value"),
-        "source_uri",
-        "batch_position",
-    )
-    rows = first.join(b, list(KEY)).select(
-        *KEY,
-        "timestamp",
-        "producer_id",
-        "producer_epoch",
-        "transactional",
-        "control",
-        "record_type",
-        "value_version",
-        F.col("_r.group_id").alias("group_id"),
-        F.col("_r.reason").alias("reason"),
-        F.lit("record").alias("error_part"),
-        F.lit(0).alias("error_position"),
-        F.col("_r.error_detail").alias("error_detail"),
-        "raw_key",
-        "raw_value",
-        F.col("_r.decoder_version").alias("decoder_version"),
-        "source_uri",
-        "batch_position",
-    )
-    columns = [c.name for c in tables.spec("silver", "quarantine").columns]
-    return rows.select(*columns)
-
-
-def move(spark: SparkSession, tables: Tables, offenders: list[Offenders]) -> int:
-    """Insert the offenders into silver.quarantine (records already there keep their row), then
-    delete them from the typed tables. Returns the records newly quarantined."""
-    from delta.tables import DeltaTable
-
-    if not offenders:
-        return 0
-    rows = quarantine_rows(spark, tables, offenders)
-    path = tables.path("silver", "quarantine")
-    if not lake.exists(spark, path):
-        tables.ensure("silver", "quarantine")
-    cond = " AND ".join(f"t.{k} = s.{k}" for k in KEY)
-    metrics = (
-        DeltaTable.forPath(spark, path).alias("t").merge(rows.alias("s"), cond).whenNotMatchedInsertAll().execute()
-    )
-    inserted = int(metrics.collect()[0]["num_inserted_rows"])
-    settle(spark, tables)
-    return inserted
-
-
-def settle(spark: SparkSession, tables: Tables) -> dict[str, int]:
-    """Delete from the typed tables every record silver.quarantine holds for a quality reason
-    (one MERGE per table that has any); then the inventory of the touched partitions. Returns
-    rows deleted per table."""
-    from delta.tables import DeltaTable
-    from pyspark.sql import functions as F
-
-    path = tables.path("silver", "quarantine")
-    if not lake.exists(spark, path):
-        return {}
-    held = (
-        spark.read.format("delta").load(path).where(F.col("reason").startswith(QUALITY_REASON)).select(*KEY).persist()
-    )
-    deleted: dict[str, int] = {}
-    try:
-        if not held.limit(1).count():
-            return {}
-        for table in TYPED_TABLES:
-            tpath = tables.path("silver", table)
-            if not lake.exists(spark, tpath):
-                continue
-            typed = spark.read.format("delta").load(tpath)
-            if not typed.join(held, list(KEY), "left_semi").limit(1).count():
-                continue
-            cond = " AND ".join(f"t.{k} = s.{k}" for k in KEY)
-            metrics = (
-                DeltaTable.forPath(spark, tpath).alias("t").merge(held.alias("s"), cond).whenMatchedDelete().execute()
-            )
-            deleted[table] = int(metrics.collect()[0]["num_deleted_rows"])
-        if deleted:
-            _inventory(spark, tables, held)
-    finally:
-        held.unpersist()
-    return deleted
-
-
-def _inventory(spark: SparkSession, tables: Tables, held: DataFrame) -> None:
-    from pipelines.silver.inventory import update_inventory
-    from pipelines.silver.progress import last_progress
-
-    progress = last_progress(spark, tables)
-    if progress is None or progress["bronze_version"] is None:
-        return
-    pairs = sorted({(r[0], r[1]) for r in held.select("cluster", "offsets_partition").distinct().collect()})
-    update_inventory(spark, tables, progress["bronze_version"], pairs)

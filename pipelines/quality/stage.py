@@ -15,13 +15,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipelines.quality.frames import QUALITY_REASON, Frame, Inputs, load_frame
+from pipelines.quality.quarantine import offender_keys
 from pipelines.quality.results import FAILED, NOT_EVALUATED, QUARANTINED, Outcome, action_for, write_results
 from pipelines.quality.suites import LAYERS, Suite, Suites, load_suites, resolve_policy, violation_predicate
+from pipelines.silver import quarantine as silver_quarantine
+from pipelines.silver.quarantine import Offenders
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from pipelines.quality.quarantine import Offenders
     from pipelines.runtime.config import JobsFile, QualitySettings
     from pipelines.runtime.tables import Tables
     from pipelines.truth import TruthSnapshot
@@ -189,7 +191,6 @@ def run_quality(
     suites: Suites | None = None,
 ) -> QualityReport:
     """Evaluate the suites of ``layers``; quarantine, persist results, build Data Docs."""
-    from pipelines.quality import quarantine
 
     suites = suites or load_suites()
     report = QualityReport(run_id, after)
@@ -197,7 +198,7 @@ def run_quality(
     params = params_of(settings)
     requirements = {"truth_snapshot"} if truth is not None else set()
     if "silver" in layers:
-        settled = quarantine.settle(spark, tables)  # finish a move a killed run left half done
+        settled = silver_quarantine.settle(spark, tables)  # finish a move a killed run left half done
         if settled:
             report.notes.append(f"finished an earlier quarantine move: {settled}")
     offenders: list[Offenders] = []
@@ -215,15 +216,17 @@ def run_quality(
                 )
                 report.outcomes += outcomes
                 for o, predicate in to_q:
-                    keys = quarantine.offender_keys(frame.df, suite.key, predicate)
+                    keys = offender_keys(frame.df, suite.key, predicate)
                     detail = f"{o.suite}.{o.expectation} ({o.expectation_type} {o.details.get('kwargs')})"
                     reason = f"{QUALITY_REASON}{o.suite}.{o.expectation}"
-                    offenders.append(quarantine.Offenders(reason, detail, f"{QUALITY_REASON}{suite.version}", keys))
+                    offenders.append(
+                        silver_quarantine.Offenders(reason, detail, f"{QUALITY_REASON}{suite.version}", keys)
+                    )
                     counted.append((o, keys))
         for o, keys in counted:
             o.quarantined_rows = keys.count()
         if offenders:
-            report.quarantined = quarantine.move(spark, tables, offenders)
+            report.quarantined = silver_quarantine.move(spark, tables, offenders)
             log.warning("quality: %d records moved to silver.quarantine", report.quarantined)
     finally:
         for df in persisted:

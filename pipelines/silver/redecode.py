@@ -37,7 +37,7 @@ def redecode_quarantine(spark: SparkSession, tables: Tables, run_id: str) -> Sil
     result = SilverResult("redecode")
     quarantine = read_table(spark, tables, "quarantine")
     if quarantine is not None:
-        # records a quality rule moved there decode fine: they stay (pipelines/quality/quarantine.py)
+        # records a quality rule moved there decode fine: they stay (pipelines/silver/quarantine.py)
         quarantine = quarantine.where(~F.col("reason").startswith(QUALITY_REASON))
     progress = last_progress(spark, tables)
     if quarantine is None or progress is None or progress["bronze_version"] is None:

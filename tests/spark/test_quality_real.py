@@ -37,7 +37,7 @@ def test_real_files_pass_the_bronze_and_silver_suites(spark, real_dir) -> None:
         "silver.transaction_markers": frames.Frame(silver["transaction_markers"]),
         "silver.quarantine": frames.Frame(frames.silver_quarantine(bronze, silver["quarantine"])),
         "gold.reconciliation": frames.Frame(
-            frames.gold_reconciliation(bronze, [silver[t] for t in frames.SILVER_RECORD_TABLES])
+            frames.gold_reconciliation(bronze, [silver[t] for t in frames.RECORD_TABLES])
         ),
     }
     try:
