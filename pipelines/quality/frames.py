@@ -20,8 +20,6 @@ if TYPE_CHECKING:
     from pipelines.runtime.tables import Tables
     from pipelines.truth import TruthSnapshot
 
-# silver tables with one row per bronze record (group_members has one per member)
-
 
 @dataclass
 class Frame:

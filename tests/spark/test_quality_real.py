@@ -15,7 +15,7 @@ from pipelines.quality.suites import load_suites
 from pipelines.runtime.config import QualitySettings
 from pipelines.runtime.tables import Tables
 from pipelines.silver.contract import DATA_TABLES
-from pipelines.silver.decode import build_plan
+from pipelines.silver.decode import RECORD_TABLES, build_plan
 from pipelines.silver.frames import decode_frame, table_frame
 from pipelines.silver.local import BRONZE_ARROW, bronze_rows
 
@@ -36,9 +36,7 @@ def test_real_files_pass_the_bronze_and_silver_suites(spark, real_dir) -> None:
         "silver.group_metadata": frames.with_partition_rule(silver["group_metadata"], {}),
         "silver.transaction_markers": frames.Frame(silver["transaction_markers"]),
         "silver.quarantine": frames.Frame(frames.silver_quarantine(bronze, silver["quarantine"])),
-        "gold.reconciliation": frames.Frame(
-            frames.gold_reconciliation(bronze, [silver[t] for t in frames.RECORD_TABLES])
-        ),
+        "gold.reconciliation": frames.Frame(frames.gold_reconciliation(bronze, [silver[t] for t in RECORD_TABLES])),
     }
     try:
         results = {}
