@@ -4,7 +4,7 @@ One run:
 
 1. **Events**: the silver rows gold needs (offset commits, offset and group tombstones, group
    records of every type, consumer target assignments, COMMIT/ABORT markers) as one frame, with the batch they came in
-   (bronze ``base_offset``; records from the Kafka source are their own batch).
+   (silver's ``batch_base_offset``; records from the Kafka source are their own batch).
 2. **Plan** per (cluster, offsets partition) against ``gold.partition_progress``: *skip* (nothing
    new), *incremental* (events after the applied offset only), or *full* (no progress yet, late
    data at or below the applied offset — more events there than were applied —, a previous run
@@ -150,9 +150,15 @@ def events_frame(spark: SparkSession, tables: Tables, where: str = "true") -> Da
             .withColumn("record_type", F.col("record_type") if record_type is None else record_type)
         )
         present = set(df.columns)
+        # records from segments carry their batch's base offset; from the Kafka source each record
+        # is its own batch
+        batch_id = F.coalesce("batch_base_offset", "record_offset").alias("batch_id")
         parts.append(
             df.select(
-                *[(F.col(c) if c in present else F.lit(None)).cast(typed[c]).alias(c) for c in cols if c != "batch_id"]
+                *[
+                    batch_id if c == "batch_id" else (F.col(c) if c in present else F.lit(None)).cast(typed[c]).alias(c)
+                    for c in cols
+                ]
             )
         )
     if not parts:
@@ -160,24 +166,7 @@ def events_frame(spark: SparkSession, tables: Tables, where: str = "true") -> Da
     events = parts[0]
     for p in parts[1:]:
         events = events.unionByName(p)
-    # records from segments carry their batch's base offset in bronze; from the Kafka source each
-    # record is its own batch
-    bronze = (
-        spark.read.format("delta")
-        .load(tables.path("bronze", "offsets_records"))
-        .select(
-            "cluster",
-            F.col("partition").alias("offsets_partition"),
-            F.col("offset").alias("record_offset"),
-            "base_offset",
-        )
-        .where(where)
-    )
-    return (
-        events.join(bronze, [*PART, "record_offset"], "left")
-        .withColumn("batch_id", F.coalesce("base_offset", "record_offset"))
-        .select(*cols)
-    )
+    return events
 
 
 def _plan(spark: SparkSession, tables: Tables, full_refresh: bool) -> list[dict[str, Any]]:

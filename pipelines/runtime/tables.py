@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from pipelines.codec.schema import schemas_dir
+from pipelines.errors import ConfigError
 from pipelines.runtime import lake
 from pipelines.runtime.lake import sql_str
 
@@ -153,6 +154,7 @@ class Tables:
             if missing:
                 sets = ", ".join(f"{sql_str(k)} = {sql_str(v)}" for k, v in missing.items())
                 self.spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ({sets})")
+            self._add_new_columns(name, spec)
             return name
         parts = f" PARTITIONED BY ({', '.join(spec.partitioned_by)})" if spec.partitioned_by else ""
         tblprops = ", ".join(f"{sql_str(k)} = {sql_str(v)}" for k, v in props.items())
@@ -171,6 +173,23 @@ class Tables:
         if not catalog.tableExists(ident):
             return None
         return str(catalog.getTableMetadata(ident).location().toString())
+
+    def _add_new_columns(self, name: str, spec: TableSpec) -> None:
+        """Additive schema evolution: columns a newer declaration adds are added to an existing
+        table (null in its old rows), so an upgraded lakehouse keeps working without a rebuild.
+        Anything else (a removed, renamed or retyped column) is refused by Delta on write."""
+        have = {f.name for f in self.spark.table(name).schema.fields}
+        new = [c for c in spec.columns if c.name not in have]
+        if not new:
+            return
+        required = [c.name for c in new if not c.nullable]
+        if required:
+            raise ConfigError(
+                f"{name}: the declaration adds non-nullable columns {required} an existing table cannot get; "
+                "rebuild the layer (delete its tables and run with --full-refresh)"
+            )
+        cols = ", ".join(f"`{c.name}` {c.type}" + (f" COMMENT {sql_str(c.comment)}" if c.comment else "") for c in new)
+        self.spark.sql(f"ALTER TABLE {name} ADD COLUMNS ({cols})")
 
     def ensure_layer(self, layer: str) -> list[str]:
         return [self.ensure(layer, t) for t in self.specs.get(layer, {})]

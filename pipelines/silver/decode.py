@@ -41,6 +41,8 @@ ENVELOPE = (
     ("producer_id", "producer_id"),
     ("producer_epoch", "producer_epoch"),
     ("transactional", "transactional"),
+    # the batch a record came in: gold applies a batch at once (spec 12.3), without joining bronze
+    ("batch_base_offset", "base_offset"),
 )
 ENVELOPE_COLUMNS = tuple(silver for silver, _ in ENVELOPE)
 # bronze columns the decoder reads (others are ignored)
@@ -57,6 +59,7 @@ INPUT_COLUMNS = (
     "value",
     "source_uri",
     "batch_position",
+    "base_offset",
 )
 
 # silver tables with one struct column in the wide row, in wide-row order

@@ -28,6 +28,7 @@ BRONZE_ARROW = pa.schema(
         ("value", pa.binary()),
         ("source_uri", pa.string()),
         ("batch_position", pa.int64()),
+        ("base_offset", pa.int64()),
     ]
 )
 
@@ -52,6 +53,7 @@ def bronze_rows(paths: Iterable[str | Path], cluster: str) -> Iterator[dict[str,
                     "value": r.value,
                     "source_uri": str(seg.path),
                     "batch_position": batch.position,
+                    "base_offset": batch.base_offset,
                 }
 
 

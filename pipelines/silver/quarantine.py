@@ -76,6 +76,7 @@ def quarantine_rows(spark: SparkSession, tables: Tables, offenders: list[Offende
         F.col("value").alias("raw_value"),
         "source_uri",
         "batch_position",
+        F.col("base_offset").alias("batch_base_offset"),
     )
     rows = first.join(b, list(KEY)).select(
         *KEY,
@@ -96,6 +97,7 @@ def quarantine_rows(spark: SparkSession, tables: Tables, offenders: list[Offende
         F.col("_r.decoder_version").alias("decoder_version"),
         "source_uri",
         "batch_position",
+        "batch_base_offset",
     )
     columns = [c.name for c in tables.spec("silver", "quarantine").columns]
     return rows.select(*columns)

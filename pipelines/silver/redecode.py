@@ -57,6 +57,7 @@ def redecode_quarantine(spark: SparkSession, tables: Tables, run_id: str) -> Sil
         F.col("raw_value").alias("value"),
         "source_uri",
         "batch_position",
+        F.col("batch_base_offset").alias("base_offset"),
     )
     plan = build_plan()
     wide = decode_frame(rows, plan).persist(StorageLevel.MEMORY_AND_DISK)
