@@ -7,6 +7,7 @@ run), 2 bad arguments or configuration, 3 data-quality failure.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -177,7 +178,8 @@ def error_message(exc: BaseException) -> str:
         # the exception line of the last traceback: its first unindented line
         for line in text.rsplit(_PY_TRACEBACK, 1)[1].splitlines():
             if line.strip() and not line[0].isspace():
-                return line.strip()
+                # "pipelines.errors.SourceNotFound: ..." -> "SourceNotFound: ...": the class, not its module
+                return re.sub(r"^(?:\w+\.)+(\w+:)", r"\1", line.strip())
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     if len(lines) > 1 and lines[0].startswith("An error occurred while calling"):
         return lines[1].lstrip(": ")  # py4j: the Java exception is on the second line

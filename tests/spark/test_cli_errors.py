@@ -112,7 +112,7 @@ def test_spark_errors_reduce_to_their_cause(spark, tmp_path: Path) -> None:
         spark.read.format("kafka_segments").option("paths", json.dumps([str(missing)])).option(
             "cluster", "c1"
         ).load().count()
-    assert error_message(planning.value) == f"FileNotFoundError: no such file or directory: {missing}"
+    assert error_message(planning.value) == f"SourceNotFound: no such file or directory: {missing}"
 
     with pytest.raises(Py4JJavaError) as java:
         spark.sparkContext._jvm.java.io.FileInputStream(str(missing))

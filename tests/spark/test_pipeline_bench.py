@@ -1,0 +1,70 @@
+"""The whole-pipeline benchmark cannot rot: bench/pipeline_bench.py runs here at 20,000 records with
+a 5 % increment, in this process on the tier's Spark session, through the runner. It must exit 0 —
+its own check: gold equals the generator's expected state after the increment and after the
+no-op run — and report every number it promises, plausibly. The numbers are not judged against
+targets here: speed is measured by running the benchmark on a quiet machine (docs/performance.md).
+Small segments (32 KiB) so the increment both grows active segments and rolls in new ones."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture()
+def session_conf_restored(spark):
+    """The benchmark's jobs.yaml settings land on the shared session: put it back as it was."""
+    before = dict(spark.conf.getAll)
+    yield spark
+    for key, value in spark.conf.getAll.items():
+        if before.get(key) != value and spark.conf.isModifiable(key):
+            if key in before:
+                spark.conf.set(key, before[key])
+            else:
+                spark.conf.unset(key)
+
+
+def test_pipeline_bench_smoke(session_conf_restored, tmp_path, capsys) -> None:
+    from bench import pipeline_bench
+
+    out = tmp_path / "result.json"
+    args = ["--records", "20000", "--increment-percent", "5", "--segment-bytes", "32768"]
+    args += ["--spark-conf", "spark.sql.shuffle.partitions=2", "--json", str(out), "--workdir", str(tmp_path / "w")]
+    assert pipeline_bench.main(args) == 0
+    printed = capsys.readouterr().out
+    assert "| run | seconds |" in printed and "gold equals the generator's expected state" in printed
+
+    result = json.loads(out.read_text())
+    assert result["gold_equals_expected_state"] == {"increment": True, "no-op": True}
+    assert [r["run"] for r in result["runs"]] == ["initial", "increment", "no-op"]
+    assert result["stages"] == ["bronze", "silver", "gold"]
+    inc = result["increment"]
+    assert 4.5 <= inc["percent"] <= 5.5, inc
+    assert inc["grown_segments"] > 0 and inc["new_segments"] > 0, inc
+    assert len(result["load_average"]["start"]) == len(result["load_average"]["end"]) == 3
+    assert result["peak_rss_mib"]["driver"] > 0 and result["peak_rss_mib"]["jvm"] > 0
+    initial, increment, noop = result["runs"]
+    for run in result["runs"]:
+        assert run["seconds"] > 0 and run["spark_jobs"] > 0, run
+        assert run["peak_rss_mib"]["driver"] > 0 and run["peak_rss_mib"]["jvm"] > 0, run
+        for stage, numbers in run["stages"].items():
+            assert numbers["seconds"] > 0 and numbers["spark_jobs"] > 0, (run["run"], stage, numbers)
+        assert run["stages"]["gold"]["steps"], "gold reports its steps"
+
+    base = result["records"] - inc["records"]
+    assert initial["new_records"] == initial["stages"]["bronze"]["inserted"] == base
+    assert initial["stages"]["silver"]["rows"] == base and initial["stages"]["gold"]["rows"] > 0
+    assert initial["records_per_s"] > 0 and all(initial["stages"][s]["rows_per_s"] > 0 for s in result["stages"])
+    assert initial["delta_commits"] > 0 and all(initial["stages"][s]["delta_commits"] > 0 for s in result["stages"])
+    assert initial["delta_commits_per_table"]["gold/current_offsets"] > 0
+
+    assert increment["new_records"] == increment["stages"]["silver"]["rows"] == inc["records"]
+    assert increment["stages"]["gold"]["rows"] > 0, "the increment reached gold"
+
+    # nothing new: nothing inserted, decoded or replayed; no table but the run log gets a version
+    assert noop["new_records"] == 0 and noop["records_per_s"] is None
+    assert noop["stages"]["silver"]["rows"] == 0 and noop["stages"]["gold"]["rows"] == 0
+    assert set(noop["delta_commits_per_table"]) == {"bronze/runs"}, noop["delta_commits_per_table"]
