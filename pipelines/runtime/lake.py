@@ -4,6 +4,10 @@ Every layer goes through these functions, so a change in how the lakehouse is re
 (partition pruning, write modes, commit metadata) is one change. Tables are path-based
 (``<root>/<layer>/<table>``, see :mod:`pipelines.runtime.tables`); the SQL helpers build the
 predicates that let Delta skip the files of other clusters and offsets partitions.
+
+Creating and registering a table (its declared columns, partitioning and properties) is
+:class:`pipelines.runtime.tables.Tables`' job; the writers here expect the table to exist, except
+:func:`append` and :func:`replace_where`, which create an undeclared one as Delta would.
 """
 
 from __future__ import annotations
@@ -15,34 +19,51 @@ from typing import Any
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 __all__ = [
+    "METADATA_CONF",
+    "append",
+    "commit_empty",
     "commit_metadata",
     "exists",
     "insert_new",
+    "key_condition",
     "last_commit",
     "partitions_predicate",
+    "properties",
     "read",
+    "replace_if_changed",
     "replace_partitions",
+    "replace_where",
     "sql_in_list",
     "sql_str",
+    "tagged_commits",
     "version",
 ]
+
+METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
+SKIP_EMPTY_CONF = "spark.databricks.delta.skipRecordingEmptyCommits"
 
 
 # -- SQL text ------------------------------------------------------------------------------------------
 def sql_str(text: str) -> str:
-    """A SQL string literal."""
+    """A SQL string literal (backslashes and quotes escaped: cluster names and paths are user input)."""
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def sql_in_list(values: Iterable[Any]) -> str:
-    """The inside of an ``IN (...)``: strings quoted, numbers as integers, sorted."""
+    """The inside of an ``IN (...)``: strings quoted, numbers as integers, sorted (same input,
+    same text: predicates compare equal in tests and plans)."""
     return ", ".join(sql_str(v) if isinstance(v, str) else str(int(v)) for v in sorted(values))
 
 
 def partitions_predicate(pairs: Iterable[tuple[str, int]], prefix: str = "", column: str = "offsets_partition") -> str:
-    """SQL predicate selecting exactly these (cluster, partition) pairs (``false`` for none)."""
+    """SQL predicate selecting exactly these (cluster, partition) pairs (``false`` for none).
+
+    Written as one ``cluster = c AND column IN (...)`` term per cluster because Delta prunes
+    files by partition values only on such simple comparisons."""
     by_cluster: dict[str, list[int]] = {}
     for cluster, part in pairs:
         by_cluster.setdefault(cluster, []).append(part)
@@ -54,8 +75,14 @@ def partitions_predicate(pairs: Iterable[tuple[str, int]], prefix: str = "", col
     )
 
 
+def key_condition(key: Iterable[str], op: str = "=", left: str = "t", right: str = "s") -> str:
+    """``t.k1 = s.k1 AND t.k2 = s.k2``: a MERGE or join condition on key columns."""
+    return " AND ".join(f"{left}.{k} {op} {right}.{k}" for k in key)
+
+
 # -- reading and inspecting ------------------------------------------------------------------------------
 def exists(spark: SparkSession, path: str) -> bool:
+    """Whether a Delta table is at ``path`` (a directory without ``_delta_log`` is not one)."""
     return DeltaTable.isDeltaTable(spark, path)
 
 
@@ -77,7 +104,34 @@ def version(spark: SparkSession, path: str) -> int | None:
     return int(last_commit(spark, path)["version"]) if exists(spark, path) else None
 
 
+def properties(spark: SparkSession, path: str) -> dict[str, str]:
+    """The table's properties (``TBLPROPERTIES``), from its Delta log."""
+    return dict(DeltaTable.forPath(spark, path).detail().collect()[0]["properties"] or {})
+
+
+def tagged_commits(spark: SparkSession, path: str) -> Iterator[tuple[int, Any, dict[str, Any]]]:
+    """(version, timestamp, metadata) of the commits made under :func:`commit_metadata`, newest
+    first; commits whose metadata is not a JSON object are skipped. Nothing when there is no table.
+    Lazy: a caller that stops at the first match reads no more of the history than it needs."""
+    if not exists(spark, path):
+        return
+    history = DeltaTable.forPath(spark, path).history().where("userMetadata IS NOT NULL")
+    rows = history.select("version", "timestamp", "userMetadata").orderBy("version", ascending=False)
+    for row in rows.toLocalIterator():
+        try:
+            meta = json.loads(row["userMetadata"])
+        except ValueError:
+            continue
+        if isinstance(meta, dict):
+            yield int(row["version"]), row["timestamp"], meta
+
+
 # -- writing -----------------------------------------------------------------------------------------------
+def append(frame: DataFrame, path: str) -> None:
+    """Append ``frame``'s rows (one commit): for rows the caller knows are new."""
+    frame.write.format("delta").mode("append").save(path)
+
+
 def insert_new(
     spark: SparkSession,
     path: str,
@@ -88,13 +142,23 @@ def insert_new(
 ) -> int:
     """Insert-only MERGE on ``key``: rows whose key is already in the table are skipped, so the
     same input written twice is written once. ``partitions`` restricts the target side to those
-    (cluster, partition) pairs, so Delta reads only their files. Returns the rows inserted."""
-    cond = " AND ".join(f"t.{k} = s.{k}" for k in key)
+    (cluster, partition) pairs, so Delta reads only their files. Returns the rows inserted (a
+    MERGE inserting nothing writes no table version)."""
+    cond = key_condition(key)
     pairs = list(partitions or ())
     if pairs:
         cond += f" AND ({partitions_predicate(pairs, prefix='t.', column=partition_column)})"
     metrics = DeltaTable.forPath(spark, path).alias("t").merge(frame.alias("s"), cond).whenNotMatchedInsertAll()
     return int(metrics.execute().collect()[0]["num_inserted_rows"])
+
+
+def replace_where(frame: DataFrame, path: str, where: str | None = None) -> None:
+    """Overwrite the rows matching ``where`` by ``frame``'s in one commit (``replaceWhere``;
+    ``None`` or ``"true"``: the whole table). Delta refuses rows of ``frame`` outside ``where``."""
+    writer = frame.write.format("delta").mode("overwrite")
+    if where is not None and where != "true":
+        writer = writer.option("replaceWhere", where)
+    writer.save(path)
 
 
 def replace_partitions(
@@ -104,23 +168,72 @@ def replace_partitions(
     (``replaceWhere``): for a set recomputed whole, cheaper than a MERGE of the table against
     itself, and rows no longer produced go with it."""
     where = partitions_predicate(pairs, column=partition_column)
-    rows.where(where).write.format("delta").mode("overwrite").option("replaceWhere", where).save(path)
+    replace_where(rows.where(where), path, where)
+
+
+def replace_if_changed(
+    spark: SparkSession,
+    path: str,
+    fresh: DataFrame,
+    where: str,
+    key: Iterable[str],
+    columns: Iterable[str],
+    changed: bool | None = None,
+) -> tuple[bool, bool]:
+    """Make the rows of the table at ``path`` matching ``where`` equal ``fresh`` (which all match it).
+
+    Writes (one ``replaceWhere`` overwrite) only when something differs, so an unchanged
+    recomputation adds no table version; ``where == "true"`` (a new table) or ``changed=True``
+    (the caller knows) write without comparing. ``key`` identifies a row, ``columns`` are those
+    compared. Returns (rows changed, keys added or removed)."""
+    if where == "true" or changed:
+        replace_where(fresh, path, where)
+        return True, True
+    key = list(key)
+    fresh = fresh.persist()
+    try:
+        existing = spark.read.format("delta").load(path).where(where)
+        on = F.expr(key_condition(key, "<=>", "s", "t"))
+        s = fresh.withColumn("_present", F.lit(True)).alias("s")
+        joined = s.join(existing.withColumn("_present", F.lit(True)).alias("t"), on, "full_outer")
+        same = key_condition(columns, "<=>", "s", "t")
+        row = joined.agg(
+            F.count(F.when(F.expr(f"NOT ({same})"), 1)).alias("changed"),
+            F.count(F.when(F.expr("t._present IS NULL OR s._present IS NULL"), 1)).alias("keys"),  # one side only
+        ).collect()[0]
+        if row["changed"]:
+            replace_where(fresh, path, where)
+        return row["changed"] > 0, row["keys"] > 0
+    finally:
+        fresh.unpersist()
 
 
 @contextmanager
 def commit_metadata(spark: SparkSession, metadata: dict[str, Any] | None) -> Iterator[None]:
     """Attach ``metadata`` as JSON (``userMetadata`` in the table history) to the commits made
-    inside: positions committed in the same Delta commit as the rows they describe."""
+    inside: positions committed in the same Delta commit as the rows they describe (read back
+    with :func:`tagged_commits`)."""
     if metadata is None:
         yield
         return
-    key = "spark.databricks.delta.commitInfo.userMetadata"
-    previous = spark.conf.get(key, None)
-    spark.conf.set(key, json.dumps(metadata, sort_keys=True))
+    previous = spark.conf.get(METADATA_CONF, None)
+    spark.conf.set(METADATA_CONF, json.dumps(metadata, sort_keys=True))
     try:
         yield
     finally:
         if previous is None:
-            spark.conf.unset(key)
+            spark.conf.unset(METADATA_CONF)
         else:
-            spark.conf.set(key, previous)
+            spark.conf.set(METADATA_CONF, previous)
+
+
+def commit_empty(spark: SparkSession, path: str, schema: StructType, metadata: dict[str, Any] | None) -> None:
+    """A commit without rows that carries ``metadata``. Delta skips commits that change nothing
+    unless told otherwise; a source whose read range held no new rows still has to record that
+    it moved forward."""
+    with commit_metadata(spark, metadata):
+        spark.conf.set(SKIP_EMPTY_CONF, "false")
+        try:
+            append(spark.createDataFrame([], schema), path)
+        finally:
+            spark.conf.unset(SKIP_EMPTY_CONF)

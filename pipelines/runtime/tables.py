@@ -149,7 +149,7 @@ class Tables:
             # Delta keeps schema and properties in its log: register as is, then add properties a
             # newer declaration asks for (an existing lakehouse picks them up on its next run)
             self.spark.sql(f"CREATE TABLE IF NOT EXISTS {name} USING DELTA LOCATION {sql_str(path)}")
-            have = self.spark.sql(f"DESCRIBE DETAIL {name}").collect()[0]["properties"] or {}
+            have = lake.properties(self.spark, path)
             missing = {k: v for k, v in props.items() if have.get(k, "false" if k == "delta.appendOnly" else None) != v}
             if missing:
                 sets = ", ".join(f"{sql_str(k)} = {sql_str(v)}" for k, v in missing.items())

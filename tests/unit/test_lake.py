@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipelines.runtime.lake import partitions_predicate, sql_in_list, sql_str
+from pipelines.runtime.lake import key_condition, partitions_predicate, sql_in_list, sql_str
 
 
 def test_sql_str_quotes_and_escapes() -> None:
@@ -24,3 +24,8 @@ def test_partitions_predicate_selects_exactly_the_pairs() -> None:
         == "(t.cluster = 'c1' AND t.offsets_partition IN (1, 3)) OR (t.cluster = 'c2' AND t.offsets_partition IN (7))"
     )
     assert partitions_predicate([("c", 0)], column="partition") == "(cluster = 'c' AND partition IN (0))"
+
+
+def test_key_condition_joins_every_key_column() -> None:
+    assert key_condition(["cluster", "partition"]) == "t.cluster = s.cluster AND t.partition = s.partition"
+    assert key_condition(("k",), "<=>", "s", "t") == "s.k <=> t.k"
