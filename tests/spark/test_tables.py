@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from pipelines.runtime import lake
 from pipelines.runtime.tables import Tables
 
 
@@ -60,3 +61,60 @@ def test_columns_added_to_a_declaration_reach_existing_tables(spark, tmp_path) -
     spark.sql("DROP TABLE gold.partition_progress")
     with pytest.raises(ConfigError, match="non-nullable columns \\['must_have'\\]"):
         tables.ensure("gold", "partition_progress")
+
+
+# -- the lakehouse I/O module (pipelines/runtime/lake.py) ---------------------------------------------------
+def _kv(spark, rows):
+    return spark.createDataFrame(rows, "cluster string, offsets_partition int, k int, v string")
+
+
+def test_lake_reads_what_exists_and_nothing_else(spark, tmp_path) -> None:
+    path = str(tmp_path / "t")
+    assert not lake.exists(spark, path)
+    assert lake.read(spark, path) is None
+    assert lake.version(spark, path) is None
+    lake.append(_kv(spark, [("a", 0, 1, "x"), ("a", 1, 2, "y")]), path)
+    assert lake.exists(spark, path)
+    assert lake.version(spark, path) == 0
+    assert lake.last_commit(spark, path)["operation"] == "WRITE"
+    assert [r["k"] for r in lake.read(spark, path, "offsets_partition = 1").collect()] == [2]
+
+
+def test_lake_insert_new_inserts_each_key_once_within_the_given_partitions(spark, tmp_path) -> None:
+    path = str(tmp_path / "t")
+    lake.append(_kv(spark, [("a", 0, 1, "x")]), path)
+    batch = _kv(spark, [("a", 0, 1, "changed"), ("a", 0, 2, "new")])
+    assert lake.insert_new(spark, path, batch, ["cluster", "offsets_partition", "k"], [("a", 0)]) == 1
+    assert lake.insert_new(spark, path, batch, ["cluster", "offsets_partition", "k"], [("a", 0)]) == 0
+    assert lake.version(spark, path) == 1  # inserting nothing writes no version
+    assert sorted((r["k"], r["v"]) for r in lake.read(spark, path).collect()) == [(1, "x"), (2, "new")]
+
+
+def test_lake_replace_if_changed_writes_only_a_difference(spark, tmp_path) -> None:
+    path = str(tmp_path / "t")
+    key, columns = ["cluster", "offsets_partition", "k"], ["cluster", "offsets_partition", "k", "v"]
+    lake.append(_kv(spark, [("a", 0, 1, "x"), ("a", 1, 1, "other partition")]), path)
+    where = "cluster = 'a' AND offsets_partition = 0"
+    same = _kv(spark, [("a", 0, 1, "x")])
+    assert lake.replace_if_changed(spark, path, same, where, key, columns) == (False, False)
+    assert lake.version(spark, path) == 0
+    assert lake.replace_if_changed(spark, path, _kv(spark, [("a", 0, 1, "y")]), where, key, columns) == (True, False)
+    grown = _kv(spark, [("a", 0, 1, "y"), ("a", 0, 2, "z")])
+    assert lake.replace_if_changed(spark, path, grown, where, key, columns) == (True, True)
+    assert lake.version(spark, path) == 2
+    rows = sorted((r["offsets_partition"], r["k"], r["v"]) for r in lake.read(spark, path).collect())
+    assert rows == [(0, 1, "y"), (0, 2, "z"), (1, 1, "other partition")]
+    lake.replace_partitions(_kv(spark, [("a", 1, 5, "p")]), path, [("a", 1)])
+    assert sorted(r["k"] for r in lake.read(spark, path, "offsets_partition = 1").collect()) == [5]
+
+
+def test_lake_commit_metadata_is_read_back_newest_first(spark, tmp_path) -> None:
+    path = str(tmp_path / "t")
+    lake.append(_kv(spark, [("a", 0, 1, "x")]), path)
+    with lake.commit_metadata(spark, {"run": 1}):
+        lake.append(_kv(spark, [("a", 0, 2, "x")]), path)
+    assert spark.conf.get(lake.METADATA_CONF, None) is None  # not left on the session
+    frame = _kv(spark, [])
+    lake.commit_empty(spark, path, frame.schema, {"run": 2})  # no rows, still a commit
+    assert [(v, meta) for v, _, meta in lake.tagged_commits(spark, path)] == [(2, {"run": 2}), (1, {"run": 1})]
+    assert list(lake.tagged_commits(spark, str(tmp_path / "none"))) == []
