@@ -8,11 +8,15 @@ derived column checked by a built-in one, so its result is still a GX result wit
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import reduce
 from typing import TYPE_CHECKING, Any
+
+from pyspark.sql import Window
+from pyspark.sql import functions as F
 
 from pipelines.codec.partitioner import partition_for
 from pipelines.runtime import lake
-from pipelines.silver.decode import QUALITY_REASON, RECORD_TABLES
+from pipelines.silver import KEY, QUALITY_REASON, RECORD_TABLES
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -40,9 +44,6 @@ class Inputs:
 
 # -- bronze ----------------------------------------------------------------------------------------
 def bronze_offsets_records(bronze: DataFrame) -> DataFrame:
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
     in_file = Window.partitionBy("cluster", "partition", "source_uri").orderBy("batch_position", "offset")
     in_partition = Window.partitionBy("cluster", "partition").orderBy("offset")
     return bronze.select(
@@ -68,8 +69,6 @@ def group_partitions(spark: SparkSession, pairs: list[tuple[str, str]], partitio
 def with_partition_rule(records: DataFrame, partitions: dict[str, int | None]) -> Frame:
     """``records`` plus ``offsets_partition_matches_group``: offsets_partition = partition_for(group_id,
     N) where the cluster's N is known, else null; the rule is skipped when no N is known."""
-    from pyspark.sql import functions as F
-
     pairs = [(r[0], r[1]) for r in records.select("cluster", "group_id").distinct().collect()]
     clusters = sorted({c for c, _ in pairs})
     known = [c for c in clusters if partitions.get(c)]
@@ -94,8 +93,6 @@ def with_partition_rule(records: DataFrame, partitions: dict[str, int | None]) -
 
 
 def silver_offset_commits(commits: DataFrame, partitions: dict[str, int | None], now_ms: int) -> Frame:
-    from pyspark.sql import functions as F
-
     ahead = ((F.col("commit_timestamp") - F.lit(now_ms)) / 60000.0).alias("commit_minutes_ahead_of_clock")
     return with_partition_rule(commits.select("*", ahead), partitions)
 
@@ -103,9 +100,7 @@ def silver_offset_commits(commits: DataFrame, partitions: dict[str, int | None],
 def silver_quarantine(bronze: DataFrame, quarantine: DataFrame | None) -> DataFrame:
     """One row per bronze record: in quarantine for a decoder reason? its raw bytes kept?
     (Bytes are compared for quarantined records only: bronze's are joined to the quarantine.)"""
-    from pyspark.sql import functions as F
-
-    key = ["cluster", "offsets_partition", "record_offset"]
+    key = list(KEY)
     records = bronze.select(
         "cluster", F.col("partition").alias("offsets_partition"), F.col("offset").alias("record_offset")
     )
@@ -135,8 +130,6 @@ def silver_quarantine(bronze: DataFrame, quarantine: DataFrame | None) -> DataFr
 
 # -- gold ------------------------------------------------------------------------------------------
 def gold_current_offsets(offsets: DataFrame) -> DataFrame:
-    from pyspark.sql import functions as F
-
     return offsets.select(
         *offsets.columns,
         F.when(~F.col("deleted"), F.col("record_offset").isNotNull()).alias("live_row_has_position"),
@@ -145,16 +138,12 @@ def gold_current_offsets(offsets: DataFrame) -> DataFrame:
 
 def log_clock(bronze: DataFrame) -> DataFrame:
     """(cluster, offsets_partition, log_now_ms): the latest record timestamp of each partition."""
-    from pyspark.sql import functions as F
-
     return bronze.groupBy("cluster", F.col("partition").alias("offsets_partition")).agg(
         F.max(F.unix_millis("timestamp")).alias("log_now_ms")
     )
 
 
 def gold_pending_transactions(pending: DataFrame, bronze: DataFrame) -> DataFrame:
-    from pyspark.sql import functions as F
-
     joined = pending.join(log_clock(bronze), ["cluster", "offsets_partition"], "left")
     return joined.select(
         *pending.columns, ((F.col("log_now_ms") - F.col("record_timestamp")) / 60000.0).alias("pending_log_minutes")
@@ -162,10 +151,6 @@ def gold_pending_transactions(pending: DataFrame, bronze: DataFrame) -> DataFram
 
 
 def gold_reconciliation(bronze: DataFrame, silver: list[DataFrame]) -> DataFrame:
-    from functools import reduce
-
-    from pyspark.sql import functions as F
-
     b = bronze.groupBy("cluster", F.col("partition").alias("offsets_partition")).agg(
         F.count("*").alias("bronze_records")
     )
@@ -189,8 +174,6 @@ def gold_reconciliation(bronze: DataFrame, silver: list[DataFrame]) -> DataFrame
 
 def gold_truth_snapshot(live: DataFrame, progress: DataFrame | None, truth: TruthSnapshot) -> Frame:
     """Truth and gold's live offsets, full outer join on the key, where gold is not ahead."""
-    from pyspark.sql import functions as F
-
     spark = live.sparkSession
     count = len(truth.offsets_topic_end_offsets)
     end = {int(p): int(o) for p, o in truth.offsets_topic_end_offsets.items()}

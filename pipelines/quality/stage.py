@@ -9,17 +9,27 @@ suites right after gold; alone (``offsets-lakehouse quality JOB``) every suite r
 from __future__ import annotations
 
 import logging
+import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipelines.quality.frames import QUALITY_REASON, Frame, Inputs, load_frame
-from pipelines.quality.quarantine import offender_keys
-from pipelines.quality.results import FAILED, NOT_EVALUATED, QUARANTINED, Outcome, action_for, write_results
+from pipelines.quality.docs import add_summary, docs_root, point_latest
+from pipelines.quality.engine import engine
+from pipelines.quality.frames import Frame, Inputs, load_frame
+from pipelines.quality.quarantine import offender_keys, offenders
+from pipelines.quality.results import (
+    FAILED,
+    NOT_EVALUATED,
+    QUARANTINED,
+    Outcome,
+    action_for,
+    summarize,
+    write_results,
+)
 from pipelines.quality.suites import LAYERS, Suite, Suites, load_suites, resolve_policy, violation_predicate
-from pipelines.silver import quarantine as silver_quarantine
-from pipelines.silver.quarantine import Offenders
+from pipelines.silver import Offenders, move_to_quarantine, settle_quarantine
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -45,10 +55,6 @@ class QualityReport:
         return any(o.action == FAILED for o in self.outcomes)
 
     def to_json(self) -> dict[str, Any]:
-        from dataclasses import asdict
-
-        from pipelines.quality.results import summarize
-
         return {
             "run_id": self.run_id,
             "after": self.after,
@@ -73,8 +79,6 @@ def partition_counts(config: JobsFile, sources: list[str], clusters_by_uri: dict
     """cluster -> offsets_partitions of the named sources (None where unknown or ambiguous).
     A ``cluster_from_path`` source names its clusters by path: ``clusters_by_uri`` (bronze's
     distinct source_uri -> cluster) says which clusters it produced."""
-    import re
-
     counts: dict[str, set[int | None]] = {}
     for name in sources:
         src = config.sources[name]
@@ -112,8 +116,6 @@ def evaluate_suite(
 ) -> tuple[list[Outcome], list[tuple[Outcome, str]]]:
     """GX on one frame. Returns the outcomes and, for rules whose policy is quarantine and that
     failed, (outcome, offending-row predicate) pairs for the mover."""
-    from pipelines.quality.engine import engine
-
     requirements = requirements or set()
     outcomes: list[Outcome] = []
     to_quarantine: list[tuple[Outcome, str]] = []
@@ -198,10 +200,10 @@ def run_quality(
     params = params_of(settings)
     requirements = {"truth_snapshot"} if truth is not None else set()
     if "silver" in layers:
-        settled = silver_quarantine.settle(spark, tables)  # finish a move a killed run left half done
+        settled = settle_quarantine(spark, tables)  # finish a move a killed run left half done
         if settled:
             report.notes.append(f"finished an earlier quarantine move: {settled}")
-    offenders: list[Offenders] = []
+    found: list[Offenders] = []
     counted: list[tuple[Outcome, DataFrame]] = []
     persisted: list[DataFrame] = []
     try:
@@ -218,15 +220,12 @@ def run_quality(
                 for o, predicate in to_q:
                     keys = offender_keys(frame.df, suite.key, predicate)
                     detail = f"{o.suite}.{o.expectation} ({o.expectation_type} {o.details.get('kwargs')})"
-                    reason = f"{QUALITY_REASON}{o.suite}.{o.expectation}"
-                    offenders.append(
-                        silver_quarantine.Offenders(reason, detail, f"{QUALITY_REASON}{suite.version}", keys)
-                    )
+                    found.append(offenders(o.suite, o.expectation, detail, suite.version, keys))
                     counted.append((o, keys))
         for o, keys in counted:
             o.quarantined_rows = keys.count()
-        if offenders:
-            report.quarantined = silver_quarantine.move(spark, tables, offenders)
+        if found:
+            report.quarantined = move_to_quarantine(spark, tables, found)  # silver's write
             log.warning("quality: %d records moved to silver.quarantine", report.quarantined)
     finally:
         for df in persisted:
@@ -249,9 +248,6 @@ def run_quality(
 
 
 def build_docs(lakehouse_root: str, run_id: str, outcomes: list[Outcome]) -> str | None:
-    from pipelines.quality.docs import add_summary, docs_root, point_latest
-    from pipelines.quality.engine import engine
-
     root = docs_root(lakehouse_root)
     if root is None:
         return None

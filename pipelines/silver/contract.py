@@ -1,26 +1,41 @@
-"""What the silver stage shares: the tables it writes, their keys, the result it reports."""
+"""Silver's contract, declared once: the tables it writes, their keys, the quarantine reason of
+quality moves, and the result a run reports. Pure data (no Spark): the decoder, quality, gold
+and the tests take these names from here."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from pipelines.runtime import lake
-from pipelines.silver.decode import (
-    MEMBER_TABLE,
-    RECORD_TABLES,
-)
-
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
-
-    from pipelines.runtime.tables import Tables
 KEY = ("cluster", "offsets_partition", "record_offset")
 MEMBER_KEY = (*KEY, "member_index")
 
-
+# silver tables with one struct column in the wide decoded row, in wide-row order: every record
+# of bronze lands in exactly one of them (decoded, quarantined, or a transaction marker)
+RECORD_TABLES = (
+    "offset_commits",
+    "group_metadata",
+    "consumer_group_metadata",
+    "consumer_group_partition_metadata",
+    "consumer_group_member_metadata",
+    "consumer_group_target_assignment_metadata",
+    "consumer_group_target_assignment_member",
+    "consumer_group_current_member_assignment",
+    "consumer_group_regular_expressions",
+    "share_group_records",
+    "streams_group_records",
+    "tombstones",
+    "transaction_markers",
+    "quarantine",
+)
+MEMBER_TABLE = "group_members"  # one row per member of a group_metadata record
 # the tables the decoder feeds, in write order
 DATA_TABLES = (*RECORD_TABLES[:2], MEMBER_TABLE, *RECORD_TABLES[2:])
+# the tables of decoded records: what a quality rule's quarantine move deletes from
+TYPED_TABLES = (*(t for t in RECORD_TABLES if t != "quarantine"), MEMBER_TABLE)
+# quarantine reasons of records a quality rule moved there (they decode fine; re-decoding keeps them)
+QUALITY_REASON = "quality:"
+
 BRONZE = ("bronze", "offsets_records")
 
 
@@ -50,12 +65,3 @@ class SilverResult:
             "topic_names_resolved": self.topic_names_resolved,
             "notes": self.notes,
         }
-
-
-def read_table(spark: SparkSession, tables: Tables, table: str) -> DataFrame | None:
-    """A silver table, or None when it does not exist yet (tables appear with their first row)."""
-    return lake.read(spark, tables.path("silver", table))
-
-
-def table_exists(spark: SparkSession, tables: Tables, table: str) -> bool:
-    return lake.exists(spark, tables.path("silver", table))

@@ -31,6 +31,7 @@ from pipelines.codec import primitives as P
 from pipelines.codec.errors import DecodeError
 from pipelines.codec.records import CONTROL_TYPES, TYPE_NAMES, decode_control, decode_record
 from pipelines.codec.schema import UNKNOWN_TAGS, schemas_dir
+from pipelines.silver.contract import MEMBER_TABLE, RECORD_TABLES
 
 # (silver column, bronze column): the envelope every record table starts with
 ENVELOPE = (
@@ -45,6 +46,16 @@ ENVELOPE = (
     ("batch_base_offset", "base_offset"),
 )
 ENVELOPE_COLUMNS = tuple(silver for silver, _ in ENVELOPE)
+# (quarantine column, bronze column): a quarantine row keeps its bronze row (envelope, raw bytes,
+# provenance), so it can be decoded again (redecode) and a quality move can build it from bronze
+QUARANTINE_BRONZE = (
+    *ENVELOPE,
+    ("control", "control"),
+    ("raw_key", "key"),
+    ("raw_value", "value"),
+    ("source_uri", "source_uri"),
+    ("batch_position", "batch_position"),
+)
 # bronze columns the decoder reads (others are ignored)
 INPUT_COLUMNS = (
     "cluster",
@@ -62,28 +73,7 @@ INPUT_COLUMNS = (
     "base_offset",
 )
 
-# silver tables with one struct column in the wide row, in wide-row order
-# quarantine reasons of records a quality rule moved there (they decode fine; re-decoding keeps them)
-QUALITY_REASON = "quality:"
-
-RECORD_TABLES = (
-    "offset_commits",
-    "group_metadata",
-    "consumer_group_metadata",
-    "consumer_group_partition_metadata",
-    "consumer_group_member_metadata",
-    "consumer_group_target_assignment_metadata",
-    "consumer_group_target_assignment_member",
-    "consumer_group_current_member_assignment",
-    "consumer_group_regular_expressions",
-    "share_group_records",
-    "streams_group_records",
-    "tombstones",
-    "transaction_markers",
-    "quarantine",
-)
 MEMBERS = "members"  # extra field of the group_metadata struct: the group_members rows of the record
-MEMBER_TABLE = "group_members"
 
 # KIP-848 record types with their own table
 CONSUMER_TABLES = {
@@ -191,6 +181,8 @@ def payload_columns(specs: dict[str, Any], table: str) -> list[Any]:
 
 
 def build_plan(decoder_version_text: str | None = None) -> DecodePlan:
+    # local: runtime.tables loads Spark and Delta, and this module stays Spark-free (it is what
+    # the Python workers import to decode)
     from pipelines.runtime.tables import load_specs
 
     specs = load_specs()["silver"]
@@ -206,7 +198,8 @@ def build_plan(decoder_version_text: str | None = None) -> DecodePlan:
 
 
 def decoder_version() -> str:
-    """``silver1-<hash>``: changes whenever a record declaration, the codec or this module changes.
+    """``silver1-<hash>``: changes whenever a record declaration, the codec, this module or the
+    contract (its list of record tables) changes.
 
     Quarantine rows carry it, so ``redecode`` can tell which decoder gave up on a record.
     """
@@ -214,7 +207,8 @@ def decoder_version() -> str:
     root = schemas_dir()
     files = sorted((root / "records").glob("*.yaml")) + sorted((root / "embedded").glob("*.yaml"))
     codec = Path(__file__).resolve().parents[1] / "codec"
-    files += [*sorted(codec.glob("*.py")), Path(__file__).resolve()]
+    here = Path(__file__).resolve()
+    files += [*sorted(codec.glob("*.py")), here, here.with_name("contract.py")]
     for path in files:
         h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return f"{DECODER_FORMAT}-{h.hexdigest()[:12]}"

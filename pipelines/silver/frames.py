@@ -5,16 +5,11 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any
 
-from pipelines.silver.contract import KEY
-from pipelines.silver.decode import (
-    ENVELOPE_COLUMNS,
-    INPUT_COLUMNS,
-    MEMBER_TABLE,
-    MEMBERS,
-    RECORD_TABLES,
-    DecodePlan,
-    decode_batches,
-)
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema
+
+from pipelines.silver.contract import KEY, MEMBER_TABLE, RECORD_TABLES
+from pipelines.silver.decode import ENVELOPE_COLUMNS, INPUT_COLUMNS, MEMBERS, DecodePlan, decode_batches
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -24,8 +19,6 @@ if TYPE_CHECKING:
 
 # -- decoding on Spark ---------------------------------------------------------------------------------
 def wide_schema(plan: DecodePlan):
-    from pyspark.sql.pandas.types import from_arrow_schema
-
     return from_arrow_schema(plan.schema)
 
 
@@ -37,8 +30,6 @@ def decode_frame(rows: DataFrame, plan: DecodePlan) -> DataFrame:
 
 def table_frame(wide: DataFrame, tables: Tables, table: str) -> DataFrame:
     """The rows of one silver table from the wide decoded rows, in the declared column order."""
-    from pyspark.sql import functions as F
-
     columns = [c.name for c in tables.spec("silver", table).columns]
     if table == MEMBER_TABLE:
         exploded = wide.where(F.col("group_metadata").isNotNull()).select(
@@ -50,8 +41,6 @@ def table_frame(wide: DataFrame, tables: Tables, table: str) -> DataFrame:
 
 def decoded_counts(wide: DataFrame) -> dict[str, Any]:
     """Rows per table, topic-id counters and the touched (cluster, offsets_partition) pairs: one job."""
-    from pyspark.sql import functions as F
-
     aggs = [F.count(F.col(t)).alias(t) for t in RECORD_TABLES]
     aggs.append(F.coalesce(F.sum(F.size(f"group_metadata.{MEMBERS}")), F.lit(0)).alias(MEMBER_TABLE))
     aggs.append(F.count(F.lit(1)).alias("_rows"))

@@ -31,63 +31,44 @@ import json
 import logging
 from typing import TYPE_CHECKING
 
+from py4j.protocol import Py4JJavaError
+from pyspark import StorageLevel
+from pyspark.errors import AnalysisException
+
 from pipelines.runtime import faults, lake
 from pipelines.silver.contract import BRONZE, DATA_TABLES, SilverResult
-from pipelines.silver.decode import (
-    build_plan,
-)
+from pipelines.silver.decode import build_plan
 from pipelines.silver.frames import decode_frame, decoded_counts
 from pipelines.silver.inventory import update_inventory
 from pipelines.silver.progress import finish, progress_state, write_progress
+from pipelines.silver.store import read_at, read_inserts, set_table_property, table_property
 from pipelines.silver.topics import named_rows_in, resolve_topic_names, update_topic_ids
 from pipelines.silver.write import insert_tables, refresh_tables
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
     from pipelines.runtime.tables import Tables
 
 log = logging.getLogger("offsets_lakehouse")
 CDF = "delta.enableChangeDataFeed"
+# what reading the change data feed raises when it cannot serve the range
+FEED_ERRORS = (AnalysisException, Py4JJavaError)
 
 
 def _ensure_bronze_cdf(spark: SparkSession, tables: Tables, result: SilverResult) -> bool:
     """True when bronze already had the change data feed on; else switch it on (one metadata commit)."""
-    from delta.tables import DeltaTable
-
     path = tables.path(*BRONZE)
-    props = DeltaTable.forPath(spark, path).detail().collect()[0]["properties"] or {}
-    if str(props.get(CDF, "false")).lower() == "true":
+    if str(table_property(spark, path, CDF) or "false").lower() == "true":
         return True
-    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('{CDF}' = 'true')")
+    set_table_property(spark, path, CDF, "true")
     result.notes.append("enabled the change data feed on bronze.offsets_records (this run reads the snapshot)")
     return False
-
-
-def _bronze_changes(spark: SparkSession, path: str, start: int, end: int) -> DataFrame:
-    """Rows inserted into bronze in versions start..end (the feed's errors surface on first use)."""
-    return (
-        spark.read.format("delta")
-        .option("readChangeFeed", "true")
-        .option("startingVersion", start)
-        .option("endingVersion", end)
-        .load(path)
-        .where("_change_type = 'insert'")
-    )
-
-
-def _feed_errors() -> tuple[type[BaseException], ...]:
-    from py4j.protocol import Py4JJavaError
-    from pyspark.errors import AnalysisException
-
-    return (AnalysisException, Py4JJavaError)
 
 
 # -- the stage -------------------------------------------------------------------------------------
 def run_silver(spark: SparkSession, tables: Tables, run_id: str, full_refresh: bool = False) -> SilverResult:
     """Decode what bronze holds and silver does not yet; see the module docstring."""
-    from pyspark import StorageLevel
-
     bronze_path = tables.path(*BRONZE)
     latest = lake.version(spark, bronze_path)
     if latest is None:
@@ -113,10 +94,10 @@ def run_silver(spark: SparkSession, tables: Tables, run_id: str, full_refresh: b
     wide, counts = None, None
     if not full and watermark is not None:
         try:
-            wide = decode_frame(_bronze_changes(spark, bronze_path, watermark + 1, latest), plan)
+            wide = decode_frame(read_inserts(spark, bronze_path, watermark + 1, latest), plan)
             wide = wide.persist(StorageLevel.MEMORY_AND_DISK)
             counts = decoded_counts(wide)
-        except _feed_errors() as exc:  # feed switched on later, files vacuumed: read the snapshot
+        except FEED_ERRORS as exc:  # feed switched on later, files vacuumed: read the snapshot
             log.warning("silver: change data feed unavailable for bronze %d..%d: %s", watermark + 1, latest, exc)
             if wide is not None:
                 wide.unpersist()
@@ -127,7 +108,7 @@ def run_silver(spark: SparkSession, tables: Tables, run_id: str, full_refresh: b
     if wide is None:
         if not full:
             result.mode = "snapshot"
-        source = spark.read.format("delta").option("versionAsOf", latest).load(bronze_path)
+        source = read_at(spark, bronze_path, latest)
         wide = decode_frame(source, plan).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         counts = counts or decoded_counts(wide)

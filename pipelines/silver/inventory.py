@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pyspark.sql import functions as F
+
 from pipelines.runtime.lake import partitions_predicate
-from pipelines.silver.contract import BRONZE, KEY, read_table
+from pipelines.silver.contract import BRONZE, KEY
+from pipelines.silver.store import read_at, read_table
 from pipelines.silver.write import replace_if_changed
 
 if TYPE_CHECKING:
@@ -28,9 +31,7 @@ def inventory_frame(spark: SparkSession, tables: Tables, bronze_version: int, pa
     version are the leading int16 of key and value, as every decoder reads them — with the
     status from silver.quarantine. A census of the log, independent of the typed tables.
     """
-    from pyspark.sql import functions as F
-
-    bronze = spark.read.format("delta").option("versionAsOf", bronze_version).load(tables.path(*BRONZE))
+    bronze = read_at(spark, tables.path(*BRONZE), bronze_version)
     if pairs is not None:
         bronze = bronze.where(partitions_predicate(pairs, column="partition"))
     records = bronze.select(
@@ -78,7 +79,6 @@ def update_inventory(
     changed: bool | None = None,
 ) -> None:
     """Recompute the inventory of the touched partitions; write only what differs (None: all, overwrite)."""
-
     if pairs == []:
         return
     fresh = inventory_frame(spark, tables, bronze_version, pairs)

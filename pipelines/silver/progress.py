@@ -6,16 +6,19 @@ import json
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from pyspark.sql import Row
+from pyspark.sql import functions as F
+
 from pipelines.runtime import lake
-from pipelines.silver.contract import BRONZE, SilverResult, read_table, table_exists
-from pipelines.silver.decode import (
-    DecodePlan,
-)
+from pipelines.silver.contract import BRONZE, SilverResult
+from pipelines.silver.store import read_table, table_exists
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from pipelines.runtime.tables import Tables
+    from pipelines.silver.decode import DecodePlan
+
 COMPLETED = ("incremental", "snapshot", "full_refresh", "redecode", "up_to_date")
 
 
@@ -43,8 +46,6 @@ def last_progress(spark: SparkSession, tables: Tables) -> dict[str, Any] | None:
 def write_progress(
     spark: SparkSession, tables: Tables, run_id: str, mode: str, bronze_version: int | None, rows: int, summary: dict
 ) -> None:
-    from pyspark.sql import Row
-
     if not table_exists(spark, tables, "progress"):
         tables.ensure("silver", "progress")
     row = Row(
@@ -75,8 +76,6 @@ def finish(
 # -- status ------------------------------------------------------------------------------------------
 def silver_status(spark: SparkSession, tables: Tables) -> dict[str, Any] | None:
     """For ``offsets-lakehouse status``: the watermark against bronze, the last run, the quarantine."""
-    from pyspark.sql import functions as F
-
     last, done = progress_state(spark, tables)
     if last is None:
         return None

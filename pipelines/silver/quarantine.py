@@ -7,7 +7,7 @@ rewritten: for a bronze rule, the record's silver rows are what moves. One Delta
 table: one insert-only MERGE into quarantine, then one delete MERGE per typed table holding any
 of the records. A run killed between the two leaves a record in both; every quality run on
 silver first deletes from the typed tables whatever quarantine holds for a quality reason
-(:func:`settle`), so the next run finishes the move. ``redecode`` leaves quality rows alone.
+(:func:`settle_quarantine`), so the next run finishes the move. ``redecode`` leaves quality rows alone.
 Silver owns these writes; quality only finds the offenders (pipelines/quality/quarantine.py).
 """
 
@@ -17,18 +17,19 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import TYPE_CHECKING
 
+from pyspark.sql import functions as F
+
 from pipelines.runtime import lake
-from pipelines.silver.contract import KEY
-from pipelines.silver.decode import QUALITY_REASON, RECORD_TABLES
+from pipelines.silver.contract import BRONZE, KEY, QUALITY_REASON, TYPED_TABLES
+from pipelines.silver.decode import QUARANTINE_BRONZE
 from pipelines.silver.inventory import int16_sql, update_inventory
 from pipelines.silver.progress import last_progress
+from pipelines.silver.store import merge_on_key, read_table
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from pipelines.runtime.tables import Tables
-
-TYPED_TABLES = (*(t for t in RECORD_TABLES if t != "quarantine"), "group_members")
 
 
 @dataclass
@@ -43,8 +44,6 @@ class Offenders:
 
 def quarantine_rows(spark: SparkSession, tables: Tables, offenders: list[Offenders]) -> DataFrame:
     """silver.quarantine rows for the offenders, with raw bytes and envelope from bronze."""
-    from pyspark.sql import functions as F
-
     keyed = [
         o.keys.select(
             *KEY,
@@ -60,98 +59,57 @@ def quarantine_rows(spark: SparkSession, tables: Tables, offenders: list[Offende
     first = union.groupBy(*KEY).agg(
         F.min(F.struct("reason", "error_detail", "decoder_version", "group_id")).alias("_r")
     )
-    bronze = spark.read.format("delta").load(tables.path("bronze", "offsets_records"))
+    bronze = lake.read(spark, tables.path(*BRONZE))
     b = bronze.select(
-        "cluster",
-        F.col("partition").alias("offsets_partition"),
-        F.col("offset").alias("record_offset"),
-        "timestamp",
-        "producer_id",
-        "producer_epoch",
-        "transactional",
-        "control",
+        *[F.col(src).alias(col) for col, src in QUARANTINE_BRONZE],
         F.expr(f"CASE WHEN NOT control THEN {int16_sql('key')} END").alias("record_type"),
         F.expr(f"CASE WHEN NOT control THEN {int16_sql('value')} END").alias("value_version"),
-        F.col("key").alias("raw_key"),
-        F.col("value").alias("raw_value"),
-        "source_uri",
-        "batch_position",
-        F.col("base_offset").alias("batch_base_offset"),
     )
     rows = first.join(b, list(KEY)).select(
-        *KEY,
-        "timestamp",
-        "producer_id",
-        "producer_epoch",
-        "transactional",
-        "control",
-        "record_type",
-        "value_version",
+        *b.columns,
         F.col("_r.group_id").alias("group_id"),
         F.col("_r.reason").alias("reason"),
         F.lit("record").alias("error_part"),
         F.lit(0).alias("error_position"),
         F.col("_r.error_detail").alias("error_detail"),
-        "raw_key",
-        "raw_value",
         F.col("_r.decoder_version").alias("decoder_version"),
-        "source_uri",
-        "batch_position",
-        "batch_base_offset",
     )
     columns = [c.name for c in tables.spec("silver", "quarantine").columns]
     return rows.select(*columns)
 
 
-def move(spark: SparkSession, tables: Tables, offenders: list[Offenders]) -> int:
+def move_to_quarantine(spark: SparkSession, tables: Tables, offenders: list[Offenders]) -> int:
     """Insert the offenders into silver.quarantine (records already there keep their row), then
     delete them from the typed tables. Returns the records newly quarantined."""
-    from delta.tables import DeltaTable
-
     if not offenders:
         return 0
     rows = quarantine_rows(spark, tables, offenders)
     path = tables.path("silver", "quarantine")
     if not lake.exists(spark, path):
         tables.ensure("silver", "quarantine")
-    cond = " AND ".join(f"t.{k} = s.{k}" for k in KEY)
-    metrics = (
-        DeltaTable.forPath(spark, path).alias("t").merge(rows.alias("s"), cond).whenNotMatchedInsertAll().execute()
-    )
-    inserted = int(metrics.collect()[0]["num_inserted_rows"])
-    settle(spark, tables)
+    inserted = lake.insert_new(spark, path, rows, KEY)
+    settle_quarantine(spark, tables)
     return inserted
 
 
-def settle(spark: SparkSession, tables: Tables) -> dict[str, int]:
+def settle_quarantine(spark: SparkSession, tables: Tables) -> dict[str, int]:
     """Delete from the typed tables every record silver.quarantine holds for a quality reason
     (one MERGE per table that has any); then the inventory of the touched partitions. Returns
     rows deleted per table."""
-    from delta.tables import DeltaTable
-    from pyspark.sql import functions as F
-
-    path = tables.path("silver", "quarantine")
-    if not lake.exists(spark, path):
+    quarantine = read_table(spark, tables, "quarantine")
+    if quarantine is None:
         return {}
-    held = (
-        spark.read.format("delta").load(path).where(F.col("reason").startswith(QUALITY_REASON)).select(*KEY).persist()
-    )
+    held = quarantine.where(F.col("reason").startswith(QUALITY_REASON)).select(*KEY).persist()
     deleted: dict[str, int] = {}
     try:
         if not held.limit(1).count():
             return {}
         for table in TYPED_TABLES:
-            tpath = tables.path("silver", table)
-            if not lake.exists(spark, tpath):
+            typed = read_table(spark, tables, table)
+            if typed is None or not typed.join(held, list(KEY), "left_semi").limit(1).count():
                 continue
-            typed = spark.read.format("delta").load(tpath)
-            if not typed.join(held, list(KEY), "left_semi").limit(1).count():
-                continue
-            cond = " AND ".join(f"t.{k} = s.{k}" for k in KEY)
-            metrics = (
-                DeltaTable.forPath(spark, tpath).alias("t").merge(held.alias("s"), cond).whenMatchedDelete().execute()
-            )
-            deleted[table] = int(metrics.collect()[0]["num_deleted_rows"])
+            metrics = merge_on_key(spark, tables.path("silver", table), held, KEY, delete=True)
+            deleted[table] = int(metrics["num_deleted_rows"])
         if deleted:
             _inventory(spark, tables, held)
     finally:

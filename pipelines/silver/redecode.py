@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pyspark import StorageLevel
+from pyspark.sql import functions as F
+
 from pipelines.runtime import faults
-from pipelines.silver.contract import DATA_TABLES, KEY, SilverResult, read_table
-from pipelines.silver.decode import (
-    QUALITY_REASON,
-    build_plan,
-)
+from pipelines.silver.contract import DATA_TABLES, KEY, QUALITY_REASON, SilverResult
+from pipelines.silver.decode import QUARANTINE_BRONZE, build_plan
 from pipelines.silver.frames import decode_frame, decoded_counts, table_frame
 from pipelines.silver.inventory import update_inventory
 from pipelines.silver.progress import finish, last_progress
+from pipelines.silver.store import key_condition, merge_on_key, read_table
 from pipelines.silver.topics import resolve_topic_names, topic_names, update_topic_ids, with_topic_names
 from pipelines.silver.write import merge_insert
 
@@ -30,10 +31,6 @@ def redecode_quarantine(spark: SparkSession, tables: Tables, run_id: str) -> Sil
     next ``redecode`` finishes the move (the inserts are keyed, so nothing is duplicated).
     Rows still undecodable keep their place with this decoder's reason and version.
     """
-    from delta.tables import DeltaTable
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
-
     result = SilverResult("redecode")
     quarantine = read_table(spark, tables, "quarantine")
     if quarantine is not None:
@@ -44,21 +41,7 @@ def redecode_quarantine(spark: SparkSession, tables: Tables, run_id: str) -> Sil
         result.notes.append("nothing quarantined (or silver never completed a run)")
         return result
     result.bronze_version = progress["bronze_version"]
-    rows = quarantine.select(
-        "cluster",
-        F.col("offsets_partition").alias("partition"),
-        F.col("record_offset").alias("offset"),
-        "timestamp",
-        "producer_id",
-        "producer_epoch",
-        "transactional",
-        "control",
-        F.col("raw_key").alias("key"),
-        F.col("raw_value").alias("value"),
-        "source_uri",
-        "batch_position",
-        F.col("batch_base_offset").alias("base_offset"),
-    )
+    rows = quarantine.select(*[F.col(col).alias(src) for col, src in QUARANTINE_BRONZE])
     plan = build_plan()
     wide = decode_frame(rows, plan).persist(StorageLevel.MEMORY_AND_DISK)
     changed = False
@@ -83,17 +66,18 @@ def redecode_quarantine(spark: SparkSession, tables: Tables, run_id: str) -> Sil
         source = decided.join(still, list(KEY), "left")
         columns = [c.name for c in tables.spec("silver", "quarantine").columns]
         differs = " OR ".join(f"NOT (t.{c} <=> s.{c})" for c in columns if c not in KEY)
-        on = " AND ".join(f"t.{k} = s.{k}" for k in KEY)
-        changes = source.alias("s").join(quarantine.alias("t"), F.expr(on)).where(f"s._released OR {differs}")
+        on = F.expr(key_condition(KEY))
+        changes = source.alias("s").join(quarantine.alias("t"), on).where(f"s._released OR {differs}")
         changed = bool(changes.limit(1).count())
         if changed:
-            (
-                DeltaTable.forPath(spark, tables.path("silver", "quarantine"))
-                .alias("t")
-                .merge(source.alias("s"), on)
-                .whenMatchedDelete(condition="s._released")
-                .whenMatchedUpdate(condition=f"NOT s._released AND ({differs})", set={c: f"s.{c}" for c in columns})
-                .execute()
+            merge_on_key(
+                spark,
+                tables.path("silver", "quarantine"),
+                source,
+                KEY,
+                delete="s._released",
+                update={c: f"s.{c}" for c in columns},
+                update_if=f"NOT s._released AND ({differs})",
             )
         if learnt:
             result.topic_names_resolved = resolve_topic_names(spark, tables, learnt)

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pipelines.silver.contract import KEY, read_table, table_exists
+from pyspark.sql import functions as F
+
+from pipelines.runtime.lake import sql_in_list
+from pipelines.silver.contract import KEY
+from pipelines.silver.store import key_condition, merge_on_key, read_table, table_exists
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -43,8 +47,6 @@ ZERO_UUID = "AAAAAAAAAAAAAAAAAAAAAA"  # the all-zero UUID: no topic id
 
 def topic_pairs(wide: DataFrame) -> DataFrame:
     """(cluster, topic_id, topic_name, first_seen) that the decoded rows carry."""
-    from pyspark.sql import functions as F
-
     empty = F.array().cast(f"array<{_PAIR}>")
     commit = F.col("offset_commits")
     parts = [
@@ -73,9 +75,6 @@ def update_topic_ids(spark: SparkSession, tables: Tables, wide: DataFrame, overw
     Pairs are only ever added and ``first_seen`` only ever lowered, so applying the same rows
     again (a re-run, a re-processed range) changes nothing and the order of runs does not matter.
     """
-    from delta.tables import DeltaTable
-    from pyspark.sql import functions as F
-
     fresh = topic_pairs(wide).select(*[c.name for c in tables.spec("silver", "topic_ids").columns]).persist()
     try:
         path = tables.path("silver", "topic_ids")
@@ -85,19 +84,14 @@ def update_topic_ids(spark: SparkSession, tables: Tables, wide: DataFrame, overw
         if overwrite or new_table:
             fresh.write.format("delta").mode("overwrite").save(path)
             return {r[0] for r in fresh.select("cluster").distinct().collect()}
-        on = " AND ".join(f"t.{k} = s.{k}" for k in TOPIC_ID_KEY)
         earlier = "s.first_seen < t.first_seen OR (t.first_seen IS NULL AND s.first_seen IS NOT NULL)"
-        existing = spark.read.format("delta").load(path)
-        news = fresh.alias("s").join(existing.alias("t"), F.expr(on), "left").where(f"t.topic_id IS NULL OR {earlier}")
+        existing = read_table(spark, tables, "topic_ids")
+        on = F.expr(key_condition(TOPIC_ID_KEY))
+        news = fresh.alias("s").join(existing.alias("t"), on, "left").where(f"t.topic_id IS NULL OR {earlier}")
         learnt = {r[0] for r in news.select("s.cluster").distinct().collect()}
         if learnt:
-            (
-                DeltaTable.forPath(spark, path)
-                .alias("t")
-                .merge(fresh.alias("s"), on)
-                .whenMatchedUpdate(condition=earlier, set={"first_seen": "s.first_seen"})
-                .whenNotMatchedInsertAll()
-                .execute()
+            merge_on_key(
+                spark, path, fresh, TOPIC_ID_KEY, update={"first_seen": "s.first_seen"}, update_if=earlier, insert=True
             )
         return learnt
     finally:
@@ -112,16 +106,12 @@ def named_rows_in(spark: SparkSession, tables: Tables, clusters: set[str]) -> bo
     inventory = read_table(spark, tables, "version_inventory")
     if inventory is None or not clusters:
         return False
-    from pipelines.runtime.lake import sql_str
-
-    listed = ", ".join(sql_str(c) for c in sorted(clusters))
+    listed = sql_in_list(clusters)
     return bool(inventory.where(f"cluster IN ({listed}) AND record_type IN (7, 8, 13, 14)").limit(1).count())
 
 
 def topic_names(spark: SparkSession, tables: Tables) -> DataFrame:
     """cluster -> map(topic id -> name) for ids with exactly one name in silver.topic_ids."""
-    from pyspark.sql import functions as F
-
     ids = read_table(spark, tables, "topic_ids")
     if ids is None:
         ids = spark.createDataFrame([], "cluster string, topic_id string, topic_name string")
@@ -135,15 +125,11 @@ def topic_names(spark: SparkSession, tables: Tables) -> DataFrame:
 
 
 def _fill_topic(x: Any) -> Any:
-    from pyspark.sql import functions as F
-
     return x.withField("topic", F.try_element_at(F.col("_names"), x["topic_id"]))
 
 
 def resolved_columns(table: str) -> dict[str, Any]:
     """Column -> expression with ``topic`` filled from a ``_names`` map column, for one table."""
-    from pyspark.sql import functions as F
-
     out: dict[str, Any] = {}
     for t, struct, array in TOPIC_ARRAYS:
         if t != table:
@@ -159,8 +145,6 @@ def resolved_columns(table: str) -> dict[str, Any]:
 
 def with_topic_names(frame: DataFrame, table: str, names: DataFrame) -> DataFrame:
     """``frame`` (rows of ``table``) with topic names filled in, same columns and order."""
-    from pyspark.sql import functions as F
-
     columns = resolved_columns(table)
     if not columns:
         return frame
@@ -174,12 +158,7 @@ def resolve_topic_names(spark: SparkSession, tables: Tables, clusters: set[str] 
     Only rows whose arrays change are rewritten, so the outcome depends on the map alone: the
     same however rows and map arrived (incremental, refresh, re-decode, in any order).
     """
-    from delta.tables import DeltaTable
-    from pyspark.sql import functions as F
-
-    from pipelines.runtime.lake import sql_str
-
-    where = "true" if clusters is None else f"cluster IN ({', '.join(sql_str(c) for c in sorted(clusters))})"
+    where = "true" if clusters is None else f"cluster IN ({sql_in_list(clusters)})"
     names = topic_names(spark, tables).where(where).persist()
     updated = 0
     try:
@@ -197,13 +176,7 @@ def resolve_topic_names(spark: SparkSession, tables: Tables, clusters: set[str] 
             changes = computed.where(differs).select(*KEY, *new_cols).persist()
             n = changes.count()
             if n:
-                (
-                    DeltaTable.forPath(spark, tables.path("silver", table))
-                    .alias("t")
-                    .merge(changes.alias("s"), " AND ".join(f"t.{k} = s.{k}" for k in KEY))
-                    .whenMatchedUpdate(set={c: f"s.{c}" for c in new_cols})
-                    .execute()
-                )
+                merge_on_key(spark, tables.path("silver", table), changes, KEY, update={c: f"s.{c}" for c in new_cols})
                 updated += n
             changes.unpersist()
     finally:

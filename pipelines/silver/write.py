@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from pyspark.sql import functions as F
+
 from pipelines.runtime import faults, lake
-from pipelines.silver.contract import DATA_TABLES, KEY, MEMBER_KEY, SilverResult, table_exists
-from pipelines.silver.decode import (
-    MEMBER_TABLE,
-)
+from pipelines.silver.contract import DATA_TABLES, KEY, MEMBER_KEY, MEMBER_TABLE, SilverResult
 from pipelines.silver.frames import table_frame
+from pipelines.silver.store import table_exists
 from pipelines.silver.topics import topic_names, with_topic_names
 
 if TYPE_CHECKING:
@@ -33,7 +33,6 @@ def merge_insert(
     nothing to collide with, that inserts exactly what the MERGE would (``frame`` is keyed), and a
     run killed after it finds the table and MERGEs. ``append``: the caller knows none of the rows
     can be in the table (see run_silver). ``rows``: rows in ``frame``, when known."""
-
     path = tables.path("silver", table)
     exists = table_exists(spark, tables, table)
     if not exists or append:
@@ -85,7 +84,6 @@ def insert_tables(
 
 
 def refresh_tables(spark: SparkSession, tables: Tables, wide: DataFrame, result: SilverResult) -> None:
-
     names = topic_names(spark, tables).persist()
     first = True
     try:
@@ -118,8 +116,6 @@ def replace_if_changed(
     recomputation adds no table version; ``changed=True`` skips the comparison when the caller
     knows. Returns (rows changed, keys added or removed).
     """
-    from pyspark.sql import functions as F
-
     path = tables.path("silver", table)
     if not table_exists(spark, tables, table):
         tables.ensure("silver", table)
@@ -131,7 +127,7 @@ def replace_if_changed(
     fresh = fresh.persist()
     try:
         columns = [c.name for c in tables.spec("silver", table).columns]
-        existing = spark.read.format("delta").load(path).where(where)
+        existing = lake.read(spark, path, where)
         on = F.expr(" AND ".join(f"s.{k} <=> t.{k}" for k in key))
         joined = fresh.alias("s").join(existing.withColumn("_present", F.lit(True)).alias("t"), on, "full_outer")
         same = " AND ".join(f"s.{c} <=> t.{c}" for c in columns)

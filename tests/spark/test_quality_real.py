@@ -14,8 +14,8 @@ from pipelines.quality.stage import evaluate_suite, params_of
 from pipelines.quality.suites import load_suites
 from pipelines.runtime.config import QualitySettings
 from pipelines.runtime.tables import Tables
-from pipelines.silver.contract import DATA_TABLES
-from pipelines.silver.decode import RECORD_TABLES, build_plan
+from pipelines.silver import DATA_TABLES, RECORD_TABLES
+from pipelines.silver.decode import build_plan
 from pipelines.silver.frames import decode_frame, table_frame
 from pipelines.silver.local import BRONZE_ARROW, bronze_rows
 

@@ -26,26 +26,10 @@ from pipelines.generate import generate
 from pipelines.runtime import faults
 from pipelines.runtime.config import SegmentsSource
 from pipelines.runtime.tables import Tables
+from pipelines.silver import RECORD_TABLES
 from pipelines.silver.ingest import run_silver
 from pipelines.silver.progress import last_progress
 from tests.support.silver import census, commits_of, read, snapshot, topic_id_pairs_of, versions
-
-RECORD_TABLES = (
-    "offset_commits",
-    "group_metadata",
-    "consumer_group_metadata",
-    "consumer_group_partition_metadata",
-    "consumer_group_member_metadata",
-    "consumer_group_target_assignment_metadata",
-    "consumer_group_target_assignment_member",
-    "consumer_group_current_member_assignment",
-    "consumer_group_regular_expressions",
-    "share_group_records",
-    "streams_group_records",
-    "tombstones",
-    "transaction_markers",
-    "quarantine",
-)
 
 
 def source(paths: list[Path], cluster: str) -> SegmentsSource:

@@ -12,11 +12,10 @@ from pipelines.bronze.ingest import ingest_segments
 from pipelines.codec.segments import discover
 from pipelines.inspect import iter_record_json
 from pipelines.runtime.config import SegmentsSource
+from pipelines.silver import RECORD_TABLES
 from pipelines.silver.ingest import run_silver
 from tests.conftest import real_segments_dir
 from tests.support.silver import read
-
-RECORD_TABLES = ("offset_commits", "group_metadata", "tombstones", "transaction_markers", "quarantine")
 
 
 def test_real_segments_decode_completely_and_reconcile_by_record(spark, tables) -> None:

@@ -9,34 +9,15 @@ from typing import Any
 
 from pipelines.codec.segments import discover
 from pipelines.inspect import inspect_segment, iter_record_json
+from pipelines.runtime import lake
+from pipelines.silver import DATA_TABLES
 
 # every silver table but the watermark log (whose rows carry run ids and times)
-CONTENT_TABLES = (
-    "offset_commits",
-    "group_metadata",
-    "group_members",
-    "consumer_group_metadata",
-    "consumer_group_partition_metadata",
-    "consumer_group_member_metadata",
-    "consumer_group_target_assignment_metadata",
-    "consumer_group_target_assignment_member",
-    "consumer_group_current_member_assignment",
-    "consumer_group_regular_expressions",
-    "share_group_records",
-    "streams_group_records",
-    "tombstones",
-    "transaction_markers",
-    "quarantine",
-    "version_inventory",
-    "topic_ids",
-)
+CONTENT_TABLES = (*DATA_TABLES, "version_inventory", "topic_ids")
 
 
 def read(spark, tables, table: str):
-    from delta.tables import DeltaTable
-
-    path = tables.path("silver", table)
-    return spark.read.format("delta").load(path) if DeltaTable.isDeltaTable(spark, path) else None
+    return lake.read(spark, tables.path("silver", table))
 
 
 def snapshot(spark, tables) -> dict[str, list[str]]:

@@ -21,11 +21,11 @@ from pipelines.codec import primitives as P
 from pipelines.codec.records import RECORDS
 from pipelines.generate import generate
 from pipelines.runtime.tables import load_specs
+from pipelines.silver.contract import RECORD_TABLES
 from pipelines.silver.decode import (
     CONSUMER_TABLES,
     ENVELOPE_COLUMNS,
     MEMBERS,
-    RECORD_TABLES,
     RENAMES,
     SHARE_COLUMNS,
     STREAMS_COLUMNS,
