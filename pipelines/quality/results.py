@@ -7,6 +7,9 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from pyspark.sql import Row
+from pyspark.sql import functions as F
+
 from pipelines.runtime import lake
 
 if TYPE_CHECKING:
@@ -95,8 +98,6 @@ def write_results(
     spark: SparkSession, tables: Tables, run_id: str, job: str | None, after: str | None, outcomes: list[Outcome]
 ) -> None:
     """Append the outcomes to quality.results (one Delta commit)."""
-    from pyspark.sql import Row
-
     if not outcomes:
         return
     tables.ensure("quality", "results")
@@ -128,15 +129,11 @@ def write_results(
         for o in outcomes
     ]
     spec = tables.spec("quality", "results")
-    spark.createDataFrame(rows, spec.struct()).write.format("delta").mode("append").save(
-        tables.path("quality", "results")
-    )
+    lake.append(spark.createDataFrame(rows, spec.struct()), tables.path("quality", "results"))
 
 
 def read_results(spark: SparkSession, tables: Tables, run_id: str | None = None) -> tuple[str | None, list[Outcome]]:
     """The outcomes of ``run_id`` (default: the latest run) from quality.results."""
-    from pyspark.sql import functions as F
-
     df = lake.read(spark, tables.path("quality", "results"))
     if df is None:
         return None, []

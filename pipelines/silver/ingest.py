@@ -41,7 +41,7 @@ from pipelines.silver.decode import build_plan
 from pipelines.silver.frames import decode_frame, decoded_counts
 from pipelines.silver.inventory import update_inventory
 from pipelines.silver.progress import finish, progress_state, write_progress
-from pipelines.silver.store import read_at, read_inserts, set_table_property, table_property
+from pipelines.silver.store import read_at, read_inserts, set_table_property
 from pipelines.silver.topics import named_rows_in, resolve_topic_names, update_topic_ids
 from pipelines.silver.write import insert_tables, refresh_tables
 
@@ -59,7 +59,7 @@ FEED_ERRORS = (AnalysisException, Py4JJavaError)
 def _ensure_bronze_cdf(spark: SparkSession, tables: Tables, result: SilverResult) -> bool:
     """True when bronze already had the change data feed on; else switch it on (one metadata commit)."""
     path = tables.path(*BRONZE)
-    if str(table_property(spark, path, CDF) or "false").lower() == "true":
+    if str(lake.properties(spark, path).get(CDF, "false")).lower() == "true":
         return True
     set_table_property(spark, path, CDF, "true")
     result.notes.append("enabled the change data feed on bronze.offsets_records (this run reads the snapshot)")

@@ -6,10 +6,10 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql import functions as F
 
+from pipelines.runtime import lake
 from pipelines.runtime.lake import partitions_predicate
 from pipelines.silver.contract import BRONZE, KEY
-from pipelines.silver.store import read_at, read_table
-from pipelines.silver.write import replace_if_changed
+from pipelines.silver.store import read_at, read_table, table_exists
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -82,12 +82,11 @@ def update_inventory(
     if pairs == []:
         return
     fresh = inventory_frame(spark, tables, bronze_version, pairs)
-    replace_if_changed(
-        spark,
-        tables,
-        "version_inventory",
-        fresh,
-        "true" if pairs is None else partitions_predicate(pairs),
-        INVENTORY_KEY,
-        changed,
+    where = "true" if pairs is None else partitions_predicate(pairs)
+    if not table_exists(spark, tables, "version_inventory"):
+        tables.ensure("silver", "version_inventory")
+        where = "true"
+    columns = [c.name for c in tables.spec("silver", "version_inventory").columns]
+    lake.replace_if_changed(
+        spark, tables.path("silver", "version_inventory"), fresh, where, INVENTORY_KEY, columns, changed
     )

@@ -57,8 +57,8 @@ def write_progress(
         committed_at=datetime.now(timezone.utc),
         summary=json.dumps(summary, sort_keys=True, default=str),
     )
-    spark.createDataFrame([row], tables.spec("silver", "progress").struct()).write.format("delta").mode("append").save(
-        tables.path("silver", "progress")
+    lake.append(
+        spark.createDataFrame([row], tables.spec("silver", "progress").struct()), tables.path("silver", "progress")
     )
 
 

@@ -8,12 +8,13 @@ from pyspark import StorageLevel
 from pyspark.sql import functions as F
 
 from pipelines.runtime import faults
+from pipelines.runtime.lake import key_condition
 from pipelines.silver.contract import DATA_TABLES, KEY, QUALITY_REASON, SilverResult
 from pipelines.silver.decode import QUARANTINE_BRONZE, build_plan
 from pipelines.silver.frames import decode_frame, decoded_counts, table_frame
 from pipelines.silver.inventory import update_inventory
 from pipelines.silver.progress import finish, last_progress
-from pipelines.silver.store import key_condition, merge_on_key, read_table
+from pipelines.silver.store import merge_on_key, read_table
 from pipelines.silver.topics import resolve_topic_names, topic_names, update_topic_ids, with_topic_names
 from pipelines.silver.write import merge_insert
 

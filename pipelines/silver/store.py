@@ -1,8 +1,9 @@
 """Silver's tables in the lakehouse, and the Delta operations silver needs that
-:mod:`pipelines.runtime.lake` does not offer yet: a MERGE on a key that deletes, updates and
-inserts; reading a table at a version or the rows its change data feed inserted; a table
-property. Internal to silver (not in the package's ``__all__``); the operations are written so
-that they can move into ``runtime/lake.py`` unchanged.
+:mod:`pipelines.runtime.lake` does not offer yet: a MERGE on a key that deletes or updates
+matched rows (and inserts the others); reading a table at a version or the rows its change data
+feed inserted; setting a table property. Internal to silver (not in the package's ``__all__``);
+the operations take paths, not silver's tables, so that they can move into ``runtime/lake.py``
+unchanged.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from delta.tables import DeltaTable
 
 from pipelines.runtime import lake
-from pipelines.runtime.lake import sql_str
+from pipelines.runtime.lake import key_condition, sql_str
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -32,11 +33,6 @@ def table_exists(spark: SparkSession, tables: Tables, table: str) -> bool:
 
 
 # -- Delta operations lake.py does not have (yet) ------------------------------------------------------
-def key_condition(key: Iterable[str], left: str = "t", right: str = "s") -> str:
-    """SQL: the two aliased sides are equal on every column of ``key``."""
-    return " AND ".join(f"{left}.{k} = {right}.{k}" for k in key)
-
-
 def merge_on_key(
     spark: SparkSession,
     path: str,
@@ -78,11 +74,6 @@ def read_inserts(spark: SparkSession, path: str, start: int, end: int) -> DataFr
         .load(path)
         .where("_change_type = 'insert'")
     )
-
-
-def table_property(spark: SparkSession, path: str, name: str) -> str | None:
-    props = DeltaTable.forPath(spark, path).detail().collect()[0]["properties"] or {}
-    return props.get(name)
 
 
 def set_table_property(spark: SparkSession, path: str, name: str, value: str) -> None:

@@ -6,9 +6,10 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import functions as F
 
-from pipelines.runtime.lake import sql_in_list
+from pipelines.runtime import lake
+from pipelines.runtime.lake import key_condition, sql_in_list
 from pipelines.silver.contract import KEY
-from pipelines.silver.store import key_condition, merge_on_key, read_table, table_exists
+from pipelines.silver.store import merge_on_key, read_table, table_exists
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -82,7 +83,7 @@ def update_topic_ids(spark: SparkSession, tables: Tables, wide: DataFrame, overw
         if new_table:
             tables.ensure("silver", "topic_ids")
         if overwrite or new_table:
-            fresh.write.format("delta").mode("overwrite").save(path)
+            lake.replace_where(fresh, path)
             return {r[0] for r in fresh.select("cluster").distinct().collect()}
         earlier = "s.first_seen < t.first_seen OR (t.first_seen IS NULL AND s.first_seen IS NOT NULL)"
         existing = read_table(spark, tables, "topic_ids")

@@ -1,11 +1,9 @@
-"""Writing the silver tables: keyed inserts, full-refresh overwrites, replace-if-changed."""
+"""Writing the silver tables: keyed inserts and full-refresh overwrites."""
 
 from __future__ import annotations
 
 import os
 from typing import TYPE_CHECKING
-
-from pyspark.sql import functions as F
 
 from pipelines.runtime import faults, lake
 from pipelines.silver.contract import DATA_TABLES, KEY, MEMBER_KEY, MEMBER_TABLE, SilverResult
@@ -38,7 +36,7 @@ def merge_insert(
     if not exists or append:
         if not exists:
             tables.ensure("silver", table)
-        frame.write.format("delta").mode("append").save(path)
+        lake.append(frame, path)
         return rows if rows is not None else int(lake.last_commit(spark, path)["operationMetrics"]["numOutputRows"])
     key = MEMBER_KEY if table == MEMBER_TABLE else KEY
     return lake.insert_new(spark, path, frame, key, pairs)  # pairs: Delta skips other partitions' files
@@ -46,7 +44,7 @@ def merge_insert(
 
 def overwrite_table(tables: Tables, table: str, frame: DataFrame) -> None:
     tables.ensure("silver", table)
-    frame.write.format("delta").mode("overwrite").save(tables.path("silver", table))
+    lake.replace_where(frame, tables.path("silver", table))
 
 
 def insert_tables(
@@ -99,44 +97,3 @@ def refresh_tables(spark: SparkSession, tables: Tables, wide: DataFrame, result:
                 first = False
     finally:
         names.unpersist()
-
-
-def replace_if_changed(
-    spark: SparkSession,
-    tables: Tables,
-    table: str,
-    fresh: DataFrame,
-    where: str,
-    key: tuple[str, ...],
-    changed: bool | None = None,
-) -> tuple[bool, bool]:
-    """Make the rows of ``table`` matching ``where`` equal ``fresh`` (which all match it).
-
-    Writes (one ``replaceWhere`` overwrite) only when something differs, so an unchanged
-    recomputation adds no table version; ``changed=True`` skips the comparison when the caller
-    knows. Returns (rows changed, keys added or removed).
-    """
-    path = tables.path("silver", table)
-    if not table_exists(spark, tables, table):
-        tables.ensure("silver", table)
-        where = "true"
-    if where == "true" or changed:
-        writer = fresh.write.format("delta").mode("overwrite")
-        (writer if where == "true" else writer.option("replaceWhere", where)).save(path)
-        return True, True
-    fresh = fresh.persist()
-    try:
-        columns = [c.name for c in tables.spec("silver", table).columns]
-        existing = lake.read(spark, path, where)
-        on = F.expr(" AND ".join(f"s.{k} <=> t.{k}" for k in key))
-        joined = fresh.alias("s").join(existing.withColumn("_present", F.lit(True)).alias("t"), on, "full_outer")
-        same = " AND ".join(f"s.{c} <=> t.{c}" for c in columns)
-        row = joined.agg(
-            F.count(F.when(F.expr(f"NOT ({same})"), 1)).alias("changed"),
-            F.count(F.when(F.expr("t._present IS NULL OR s.cluster IS NULL"), 1)).alias("keys"),
-        ).collect()[0]
-        if row["changed"]:
-            fresh.write.format("delta").mode("overwrite").option("replaceWhere", where).save(path)
-        return row["changed"] > 0, row["keys"] > 0
-    finally:
-        fresh.unpersist()
