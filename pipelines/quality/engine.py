@@ -39,7 +39,7 @@ class RawResult:
 
 def expectation_class(type_name: str) -> type:
     """``expect_column_values_to_be_between`` -> ``gx.expectations.ExpectColumnValuesToBeBetween``."""
-    import great_expectations.expectations as gxe
+    import great_expectations.expectations as gxe  # local: see Engine
 
     cls = getattr(gxe, "".join(p.capitalize() for p in type_name.split("_")), None)
     if cls is None:
@@ -49,7 +49,7 @@ def expectation_class(type_name: str) -> type:
 
 def build_suite(suite: Suite, params: dict[str, Any], names: list[str] | None = None):
     """The GX ExpectationSuite of ``suite`` (only the expectations in ``names`` when given)."""
-    import great_expectations as gx
+    import great_expectations as gx  # local: see Engine
 
     gx_suite = gx.ExpectationSuite(name=suite.name, meta={"version": suite.version, "description": suite.description})
     for e in suite.expectations:
@@ -64,6 +64,8 @@ class Engine:
     """The GX context of this process."""
 
     def __init__(self) -> None:
+        # Great Expectations is imported here, not with the module: it is heavy (seconds, and it
+        # reads GX_ANALYTICS_ENABLED at import), and only a run that validates needs it
         os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
         import great_expectations as gx
 

@@ -6,7 +6,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipelines.quality.results import FAILED, Outcome, summarize
+from pipelines.quality.docs import docs_root
+from pipelines.quality.results import FAILED, Outcome, read_results, summarize
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -64,8 +65,5 @@ def render_text(doc: dict[str, Any]) -> str:
 
 
 def load_report(spark: SparkSession, tables: Tables, run_id: str | None = None) -> dict[str, Any]:
-    from pipelines.quality.docs import docs_root
-    from pipelines.quality.results import read_results
-
     run_id, outcomes = read_results(spark, tables, run_id)
     return report_doc(run_id, outcomes, docs_root(tables.root))
