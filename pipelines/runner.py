@@ -353,9 +353,7 @@ def _record(ctx: Context, report: RunReport, sr: StageReport, started: datetime)
         summary=json.dumps(sr.details, default=str, sort_keys=True),
     )
     del name  # registered above; appended by path like every other writer
-    ctx.spark.createDataFrame([row], spec.struct()).write.format("delta").mode("append").save(
-        ctx.tables.path("bronze", "runs")
-    )
+    lake.append(ctx.spark.createDataFrame([row], spec.struct()), ctx.tables.path("bronze", "runs"))
 
 
 # the data stages in order (quality runs between them, see quality_checkpoints): each takes the

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
 from pipelines.bronze.sink import IngestResult, content_hash_udf, merge_issues, merge_records
 from pipelines.runtime.config import DumpSource
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
-
     from pipelines.runtime.tables import Tables
 
 JSON_SCHEMA = (
@@ -35,8 +36,6 @@ JSON_SCHEMA = (
 
 
 def _read_jsonl(spark: SparkSession, paths: list[str]) -> tuple[DataFrame, DataFrame]:
-    from pyspark.sql import functions as F
-
     raw = (
         spark.read.schema(JSON_SCHEMA)
         .option("mode", "PERMISSIVE")
@@ -65,8 +64,6 @@ def _read_jsonl(spark: SparkSession, paths: list[str]) -> tuple[DataFrame, DataF
 
 
 def _read_parquet(spark: SparkSession, paths: list[str]) -> tuple[DataFrame, DataFrame]:
-    from pyspark.sql import functions as F
-
     raw = spark.read.parquet(*paths).withColumn("source_uri", F.input_file_name())
     cols = set(raw.columns)
     ts = F.col("timestamp")
@@ -94,8 +91,6 @@ def _read_parquet(spark: SparkSession, paths: list[str]) -> tuple[DataFrame, Dat
 def ingest_dump(
     spark: SparkSession, tables: Tables, name: str, source: DumpSource, run_id: str, base_dir: str
 ) -> IngestResult:
-    from pyspark.sql import functions as F
-
     paths = [p if "://" in p or p.startswith("/") else f"{base_dir}/{p}" for p in source.paths]
     good, bad = (_read_jsonl if source.format == "jsonl" else _read_parquet)(spark, paths)
     hashed = content_hash_udf()

@@ -18,6 +18,9 @@ import posixpath
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from pyarrow import fs
 
 from pipelines.codec.segments import PARTITION_DIR, SEGMENT_FILE, parse_offset_index
 from pipelines.errors import SourceNotFound
@@ -41,9 +44,8 @@ def _normalise(uri: str) -> str:
     return uri
 
 
-def filesystem(uri: str):
-    from pyarrow import fs
-
+def filesystem(uri: str) -> tuple[Any, str]:
+    """The pyarrow filesystem of ``uri`` and the path on it."""
     uri = _normalise(uri)
     if uri.startswith("/"):
         return fs.LocalFileSystem(), uri
@@ -85,8 +87,6 @@ def _glob_matches(path: str, pattern: str) -> bool:
 
 def list_segments(uris: list[str]) -> list[RemoteSegment]:
     """Segment files under the given paths, globs or files, in (directory, base offset) order."""
-    from pyarrow import fs as pafs
-
     found: dict[str, tuple[int, str, str]] = {}  # path -> (size, uri root, path)
     for raw in uris:
         filesys, path = filesystem(raw)
@@ -96,20 +96,20 @@ def list_segments(uris: list[str]) -> list[RemoteSegment]:
             path = path.rstrip("/") or "/"
             base = _glob_base(path)
         info = filesys.get_file_info(base)
-        if info.type == pafs.FileType.NotFound:
+        if info.type == fs.FileType.NotFound:
             raise SourceNotFound(f"no such file or directory: {raw}")
-        if info.type == pafs.FileType.File:
+        if info.type == fs.FileType.File:
             entries = [info]
         else:
-            entries = filesys.get_file_info(pafs.FileSelector(base, recursive=True))
+            entries = filesys.get_file_info(fs.FileSelector(base, recursive=True))
         for e in entries:
-            if e.type != pafs.FileType.File:
+            if e.type != fs.FileType.File:
                 continue
             if glob and not _glob_matches(e.path, path):
                 continue
             name = posixpath.basename(e.path)
             parent = posixpath.basename(posixpath.dirname(e.path))
-            if SEGMENT_FILE.match(name) and (PARTITION_DIR.match(parent) or info.type == pafs.FileType.File):
+            if SEGMENT_FILE.match(name) and (PARTITION_DIR.match(parent) or info.type == fs.FileType.File):
                 found[e.path] = (e.size, raw, e.path)
     by_dir: dict[str, list[tuple[int, str]]] = {}
     for path in found:
@@ -149,10 +149,8 @@ def read_index_positions(uri: str | None) -> list[int]:
     """Batch start positions from a segment's .index file, if it exists (hints only)."""
     if not uri:
         return []
-    from pyarrow import fs as pafs
-
     filesys, path = filesystem(uri)
-    if filesys.get_file_info(path).type != pafs.FileType.File:
+    if filesys.get_file_info(path).type != fs.FileType.File:
         return []
     with filesys.open_input_file(path) as fh:
         return [pos for _, pos in parse_offset_index(fh.read())]

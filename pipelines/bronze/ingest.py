@@ -13,6 +13,10 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from pyspark import StorageLevel
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
 from pipelines.bronze.dump_source import ingest_dump
 from pipelines.bronze.fs import list_segments
 from pipelines.bronze.kafka_source import ingest_kafka
@@ -22,8 +26,6 @@ from pipelines.errors import SourceNotFound
 from pipelines.runtime.config import DumpSource, KafkaSource, SegmentsSource
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-
     from pipelines.runtime.tables import Tables
 
 
@@ -31,9 +33,6 @@ if TYPE_CHECKING:
 def ingest_segments(
     spark: SparkSession, tables: Tables, name: str, source: SegmentsSource, run_id: str, base_dir: str
 ) -> IngestResult:
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
-
     register(spark)  # bronze owns its data source; the runtime session knows no layer
 
     paths = [p if "://" in p or p.startswith("/") else f"{base_dir}/{p}" for p in source.paths]

@@ -23,13 +23,15 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any
 
+from py4j.protocol import Py4JJavaError
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
 from pipelines.bronze.sink import IngestResult, content_hash_udf, merge_records
 from pipelines.runtime import lake
 from pipelines.runtime.config import ConfigError, KafkaSource
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
-
     from pipelines.runtime.tables import Tables
 
 log = logging.getLogger("offsets_lakehouse")
@@ -83,8 +85,6 @@ def _consumer(spark: SparkSession, source: KafkaSource, isolation: str) -> Any:
 
 def partition_ends(spark: SparkSession, source: KafkaSource) -> dict[int, dict[str, int]]:
     """{partition: {earliest, last_stable, high_watermark}} of the offsets topic, now."""
-    from py4j.protocol import Py4JJavaError
-
     jvm = spark._jvm  # type: ignore[attr-defined]
     timeout = jvm.java.time.Duration.ofSeconds(TIMEOUT_S)
     where = f"Kafka at {source.bootstrap_servers}"
@@ -125,17 +125,7 @@ def partition_ends(spark: SparkSession, source: KafkaSource) -> dict[int, dict[s
 def stored_positions(spark: SparkSession, tables: Tables, cluster: str, topic: str) -> dict[int, int] | None:
     """The end offsets of the last run of this cluster's Kafka source, from the bronze commit that
     holds its rows (Delta history); None when no run is recorded there."""
-    from delta.tables import DeltaTable
-
-    path = tables.path("bronze", "offsets_records")
-    if not lake.exists(spark, path):
-        return None
-    history = DeltaTable.forPath(spark, path).history().select("version", "userMetadata")
-    for row in history.where("userMetadata IS NOT NULL").orderBy("version", ascending=False).toLocalIterator():
-        try:
-            meta = json.loads(row["userMetadata"])
-        except ValueError:
-            continue
+    for _, _, meta in lake.tagged_commits(spark, tables.path("bronze", "offsets_records")):
         if meta.get("kind") == "kafka" and meta.get("cluster") == cluster and meta.get("topic", topic) == topic:
             return {int(p): int(o) for p, o in meta["positions"].items()}
     return None
@@ -144,19 +134,9 @@ def stored_positions(spark: SparkSession, tables: Tables, cluster: str, topic: s
 def last_runs(spark: SparkSession, tables: Tables) -> list[dict[str, Any]]:
     """Per (cluster, partition): the position of the last Kafka run and the high watermark it saw;
     ``held_back`` > 0 means an open transaction kept ingestion at the last stable offset."""
-    from delta.tables import DeltaTable
-
-    path = tables.path("bronze", "offsets_records")
-    if not lake.exists(spark, path):
-        return []
-    history = DeltaTable.forPath(spark, path).history().where("userMetadata IS NOT NULL")
     seen: set[str] = set()
     out = []
-    for row in history.select("version", "timestamp", "userMetadata").orderBy("version", ascending=False).collect():
-        try:
-            meta = json.loads(row["userMetadata"])
-        except ValueError:
-            continue
+    for _, at, meta in lake.tagged_commits(spark, tables.path("bronze", "offsets_records")):
         if meta.get("kind") != "kafka" or meta.get("cluster") in seen:
             continue
         seen.add(meta["cluster"])
@@ -171,7 +151,7 @@ def last_runs(spark: SparkSession, tables: Tables) -> list[dict[str, Any]]:
                     "high_watermark": high,
                     "held_back": max(0, high - int(pos)),
                     "run_id": meta.get("run_id"),
-                    "at": row["timestamp"],
+                    "at": at,
                 }
             )
     return out
@@ -180,8 +160,6 @@ def last_runs(spark: SparkSession, tables: Tables) -> list[dict[str, Any]]:
 def positions_from_data(spark: SparkSession, tables: Tables, cluster: str) -> dict[int, int]:
     """Fallback when Delta history no longer has the commit (log retention): max(offset) + 1 of
     the rows this source wrote. Safe because the MERGE never duplicates a position."""
-    from pyspark.sql import functions as F
-
     name = tables.ensure("bronze", "offsets_records")
     rows = (
         spark.table(name)
@@ -218,8 +196,6 @@ def read_range(spark: SparkSession, source: KafkaSource, start: dict[int, int], 
 
 
 def ingest_kafka(spark: SparkSession, tables: Tables, name: str, source: KafkaSource, run_id: str) -> IngestResult:
-    from pyspark.sql import functions as F
-
     result = IngestResult(name, source.cluster, "kafka")
     ends = partition_ends(spark, source)
     stored = stored_positions(spark, tables, source.cluster, source.topic)

@@ -13,22 +13,19 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
+from py4j.protocol import Py4JJavaError
+from pyspark.sql import SparkSession
+
 from pipelines.bronze.kafka_source import TIMEOUT_S, KafkaUnavailable, client_options, partition_ends
+from pipelines.truth import CommittedOffset, Group, TruthSnapshot
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-
     from pipelines.runtime.config import KafkaSource
-    from pipelines.truth import TruthSnapshot
 
 ATTEMPTS = 5
 
 
 def fetch_truth(spark: SparkSession, source: KafkaSource) -> TruthSnapshot:
-    from py4j.protocol import Py4JJavaError
-
-    from pipelines.truth import CommittedOffset, Group, TruthSnapshot
-
     jvm = spark._jvm  # type: ignore[attr-defined]
     props = jvm.java.util.Properties()
     for k, v in client_options(source).items():

@@ -21,11 +21,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+from pipelines.bronze.fs import ArrowFileSource, list_segments, read_index_positions
+from pipelines.codec.reader import Batch, find_batch_start, iter_log
 
 TOPIC = "__consumer_offsets"
 
@@ -84,8 +90,6 @@ def content_hash(key: bytes | None, value: bytes | None) -> str:
 
 
 def plan_ranges(paths: list[str], split_bytes: int) -> list[ByteRange]:
-    from pipelines.bronze.fs import list_segments
-
     ranges = []
     for seg in list_segments(paths):
         if seg.partition is None:
@@ -138,8 +142,6 @@ def cluster_for(uri: str, default: str, pattern: str | None) -> str:
     """The cluster of a file: ``default``, or the ``cluster`` group of ``pattern`` in its path."""
     if pattern is None:
         return default
-    import re
-
     m = re.search(pattern, uri)
     if m is None or not m.group("cluster"):
         raise ValueError(f"{uri}: cluster_from_path {pattern!r} does not match")
@@ -166,9 +168,7 @@ def _column_names() -> list[str]:
     return names
 
 
-def arrow_schema():
-    import pyarrow as pa
-
+def arrow_schema() -> pa.Schema:
     header = pa.struct([("key", pa.string()), ("value", pa.binary())])
     types = {
         "string": pa.string(),
@@ -184,11 +184,6 @@ def arrow_schema():
 
 def read_range(r: ByteRange, cluster: str, rows_per_batch: int = 8192) -> Iterator[Any]:
     """Bronze rows of the batches starting in ``r``, as pyarrow RecordBatches."""
-    import pyarrow as pa
-
-    from pipelines.bronze.fs import ArrowFileSource, read_index_positions
-    from pipelines.codec.reader import Batch, find_batch_start, iter_log
-
     schema = arrow_schema()
     cols = _empty_columns()
     src = ArrowFileSource(r.uri)
@@ -223,8 +218,6 @@ _TS_TYPE = {"CreateTime": 0, "LogAppendTime": 1, None: -1}
 
 
 def _add_batch(cols: dict[str, list], b: Any, r: ByteRange, cluster: str) -> None:
-    from datetime import datetime, timezone
-
     ts_type = _TS_TYPE[b.timestamp_type]
     for rec in b.records or ():
         cols["row_kind"].append("record")

@@ -13,17 +13,20 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StringType
+
 from pipelines.bronze.segments_source import content_hash
 from pipelines.runtime import faults, lake
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
-
     from pipelines.runtime.tables import Tables
 
-__all__ = ["KEY", "IngestResult", "bronze_columns", "content_hash_udf", "merge_issues", "merge_records"]
+__all__ = ["ISSUE_KEY", "KEY", "IngestResult", "bronze_columns", "content_hash_udf", "merge_issues", "merge_records"]
 
-KEY = ("cluster", "partition", "offset")
+KEY = ("cluster", "partition", "offset")  # the log position: one bronze row per position
+ISSUE_KEY = ("cluster", "source_uri", "position")  # a read problem is reported once per byte position
 
 
 @dataclass
@@ -69,11 +72,8 @@ def merge_records(
     ``always_commit``: when the MERGE has nothing to insert (no new table version), write an empty
     commit carrying ``commit_metadata`` anyway: the Kafka source's positions must advance past
     ranges that held only aborted commits or markers."""
-    from delta.tables import DeltaTable
-    from pyspark.sql import functions as F
-
     target_name = tables.ensure("bronze", "offsets_records")
-    conflicts_name = tables.ensure("bronze", "conflicts")
+    tables.ensure("bronze", "conflicts")
     path = tables.path("bronze", "offsets_records")
     rows = rows.select(*bronze_columns(tables)).dropDuplicates(list(KEY))
     rows = rows.persist()
@@ -95,13 +95,7 @@ def merge_records(
         )
         n_conflicts = conflicts.count()
         if n_conflicts:
-            (
-                DeltaTable.forName(spark, conflicts_name)
-                .alias("t")
-                .merge(conflicts.alias("s"), " AND ".join(f"t.{k} = s.{k}" for k in (*KEY, "rejected_hash")))
-                .whenNotMatchedInsertAll()
-                .execute()
-            )
+            lake.insert_new(spark, tables.path("bronze", "conflicts"), conflicts, (*KEY, "rejected_hash"))
         before = lake.version(spark, path)
         faults.point("bronze.before_write")
         if os.environ.get("OFFSETS_FAULT") == "bronze.after_write_before_commit":
@@ -111,41 +105,23 @@ def merge_records(
         with lake.commit_metadata(spark, commit_metadata):
             inserted = lake.insert_new(spark, path, rows, KEY)
         if always_commit and lake.version(spark, path) == before:
-            # Delta skips commits that change nothing unless told otherwise; this one carries the
-            # positions (a range of aborted commits and markers still moves the source forward)
-            with lake.commit_metadata(spark, commit_metadata):
-                spark.conf.set(SKIP_EMPTY, "false")
-                try:
-                    spark.createDataFrame([], rows.schema).write.format("delta").mode("append").save(path)
-                finally:
-                    spark.conf.unset(SKIP_EMPTY)
+            # the commit carries the positions: a range of aborted commits and markers still
+            # moves the source forward
+            lake.commit_empty(spark, path, rows.schema, commit_metadata)
         faults.point("bronze.after_commit")
     finally:
         rows.unpersist()
     return inserted, n_conflicts
 
 
-SKIP_EMPTY = "spark.databricks.delta.skipRecordingEmptyCommits"
-
-
 def merge_issues(spark: SparkSession, tables: Tables, issues: DataFrame) -> None:
-    from delta.tables import DeltaTable
-
-    name = tables.ensure("bronze", "read_issues")
-    (
-        DeltaTable.forName(spark, name)
-        .alias("t")
-        .merge(issues.alias("s"), "t.cluster = s.cluster AND t.source_uri = s.source_uri AND t.position = s.position")
-        .whenNotMatchedInsertAll()
-        .execute()
-    )
+    """Record read problems in ``bronze.read_issues``, each once however often it is read again."""
+    tables.ensure("bronze", "read_issues")
+    lake.insert_new(spark, tables.path("bronze", "read_issues"), issues, ISSUE_KEY)
 
 
-def content_hash_udf():
+def content_hash_udf() -> Any:
     """A Spark UDF over (key, value) bytes: the content hash conflicts are detected by."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import StringType
-
     return F.udf(
         lambda k, v: content_hash(None if k is None else bytes(k), None if v is None else bytes(v)), StringType()
     )

@@ -12,6 +12,7 @@ from pipelines.bronze.ingest import ingest_segments
 from pipelines.codec.segments import discover
 from pipelines.generate import generate
 from pipelines.inspect import inspect_segment, iter_record_json
+from pipelines.runtime import lake
 from pipelines.runtime.config import SegmentsSource
 from tests.conftest import real_segments_dir
 
@@ -33,10 +34,8 @@ def bronze_counts(spark, tables) -> Counter:
     return Counter({(r["cluster"], r["partition"]): r["count"] for r in rows})
 
 
-def version(spark, tables) -> int:
-    from delta.tables import DeltaTable
-
-    return DeltaTable.forPath(spark, tables.path("bronze", "offsets_records")).history(1).collect()[0]["version"]
+def version(spark, tables) -> int | None:
+    return lake.version(spark, tables.path("bronze", "offsets_records"))
 
 
 @pytest.fixture(scope="module")
