@@ -1,9 +1,22 @@
 """The package's exceptions. The CLI maps each to its exit code (docs/cli.md), so a caller — the
-CLI, Airflow, a notebook — can tell a bad configuration from a failed run without parsing text."""
+CLI, Airflow, a notebook — can tell a bad configuration from a failed run without parsing text.
+
+Each also derives from the built-in exception it used to be (``ValueError``,
+``FileNotFoundError``, ``RuntimeError``), so code that caught those keeps working.
+"""
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "OffsetsLakehouseError", "SourceNotFound", "StageUnavailable"]
+__all__ = [
+    "ConfigError",
+    "DeclarationError",
+    "InputError",
+    "JarResolutionError",
+    "OffsetsLakehouseError",
+    "SourceNotFound",
+    "SourceUnavailable",
+    "StageUnavailable",
+]
 
 
 class OffsetsLakehouseError(Exception):
@@ -26,3 +39,20 @@ class SourceNotFound(OffsetsLakehouseError, FileNotFoundError):
     """A source path that does not exist, or holds no segment files (exit code 2)."""
 
     exit_code = 2
+
+
+class InputError(OffsetsLakehouseError, ValueError):
+    """A source's files cannot be ingested as given: a segment outside a ``__consumer_offsets-<N>``
+    directory, a path ``cluster_from_path`` does not match (exit code 1)."""
+
+
+class SourceUnavailable(OffsetsLakehouseError, RuntimeError):
+    """A source could not be reached or did not answer in time (exit code 1)."""
+
+
+class DeclarationError(OffsetsLakehouseError, ValueError):
+    """A declaration shipped with the package (``schemas/``) is inconsistent (exit code 1)."""
+
+
+class JarResolutionError(OffsetsLakehouseError, RuntimeError):
+    """The JVM jars (Delta, Kafka) could not be found or resolved with Maven (exit code 1)."""

@@ -257,13 +257,13 @@ def quality_job(ctx: Context, job_name: str | None) -> RunReport:
 
 
 def _bronze(ctx: Context, sources: list[str], run_id: str) -> list[dict[str, Any]]:
-    from pipelines.bronze.ingest import ingest
+    from pipelines.bronze.ingest import ingest_source
 
     details = []
     ctx.spark  # noqa: B018 - start the session first: the log line below then means "reading data"
     for name in sources:
         log.info("bronze: ingesting source %s", name)
-        result = ingest(ctx.spark, ctx.tables, name, ctx.config.sources[name], run_id, str(ctx.base_dir))
+        result = ingest_source(ctx.spark, ctx.tables, name, ctx.config.sources[name], run_id, str(ctx.base_dir))
         details.append(result.to_json())
         log.info(
             "bronze: %s read %d rows, inserted %d, %d conflicts, %d read issues",

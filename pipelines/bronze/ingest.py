@@ -84,7 +84,10 @@ def ingest_segments(
     return result
 
 
-def ingest(spark: SparkSession, tables: Tables, name: str, source: Any, run_id: str, base_dir: str) -> IngestResult:
+def ingest_source(
+    spark: SparkSession, tables: Tables, name: str, source: Any, run_id: str, base_dir: str
+) -> IngestResult:
+    """Ingest one source of a job (segment files, a live cluster or dumps) into bronze."""
     if isinstance(source, SegmentsSource):
         return ingest_segments(spark, tables, name, source, run_id, base_dir)
     if isinstance(source, KafkaSource):

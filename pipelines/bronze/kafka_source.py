@@ -28,6 +28,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pipelines.bronze.sink import IngestResult, content_hash_udf, merge_records
+from pipelines.errors import SourceUnavailable
 from pipelines.runtime import lake
 from pipelines.runtime.config import ConfigError, KafkaSource
 
@@ -39,7 +40,7 @@ log = logging.getLogger("offsets_lakehouse")
 TIMEOUT_S = 20
 
 
-class KafkaUnavailable(RuntimeError):
+class KafkaUnavailable(SourceUnavailable):
     """The cluster could not be reached or did not answer in time."""
 
 

@@ -32,6 +32,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from pipelines.bronze.fs import ArrowFileSource, list_segments, read_index_positions
 from pipelines.codec.reader import Batch, find_batch_start, iter_log
+from pipelines.errors import InputError
 
 TOPIC = "__consumer_offsets"
 
@@ -93,7 +94,7 @@ def plan_ranges(paths: list[str], split_bytes: int) -> list[ByteRange]:
     ranges = []
     for seg in list_segments(paths):
         if seg.partition is None:
-            raise ValueError(
+            raise InputError(
                 f"{seg.uri}: cannot tell its __consumer_offsets partition "
                 "(segments must sit in __consumer_offsets-<N> directories)"
             )
@@ -144,7 +145,7 @@ def cluster_for(uri: str, default: str, pattern: str | None) -> str:
         return default
     m = re.search(pattern, uri)
     if m is None or not m.group("cluster"):
-        raise ValueError(f"{uri}: cluster_from_path {pattern!r} does not match")
+        raise InputError(f"{uri}: cluster_from_path {pattern!r} does not match")
     return m.group("cluster")
 
 

@@ -14,14 +14,12 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from pipelines.errors import JarResolutionError
+
 REPO = Path(__file__).resolve().parents[2]
 POM = REPO / "tools" / "spark" / "pom.xml"
 SETTINGS = REPO / "tools" / "maven-settings.xml"
 _VERSIONED = re.compile(r"^(?P<artifact>.+?)-(?P<version>\d[\w.\-]*)\.jar$")
-
-
-class JarResolutionError(RuntimeError):
-    pass
 
 
 def cache_root() -> Path:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from pipelines.codec.schema import schemas_dir
-from pipelines.errors import ConfigError
+from pipelines.errors import ConfigError, DeclarationError
 from pipelines.runtime import lake
 from pipelines.runtime.lake import sql_str
 
@@ -83,7 +83,7 @@ def load_specs(root: Path | None = None) -> dict[str, dict[str, TableSpec]]:
             )
             unknown = set(t.get("partitioned_by", [])) - {c.name for c in cols}
             if unknown:
-                raise ValueError(f"{path.name}: {name} is partitioned by unknown columns {sorted(unknown)}")
+                raise DeclarationError(f"{path.name}: {name} is partitioned by unknown columns {sorted(unknown)}")
             out[layer][name] = TableSpec(
                 layer,
                 name,
