@@ -1,4 +1,9 @@
-"""Run a job from jobs.yaml: its stages in order, each recorded in ``bronze.runs``."""
+"""Run a job from jobs.yaml: its stages in order, each timed and recorded in the run log.
+
+The run log is the runner's table (``bronze.runs``: declared with bronze's tables, for its
+location and name, written only here). The data stages are declared once, in :data:`DATA_STAGES`;
+the quality suites run between them (:func:`quality_checkpoints`).
+"""
 
 from __future__ import annotations
 
@@ -13,14 +18,26 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from pipelines.errors import StageUnavailable
-from pipelines.quality.suites import check_job_overrides
+from pyspark.sql import Row, SparkSession
+
+from pipelines.bronze.ingest import ingest_source
+from pipelines.bronze.kafka_source import stored_positions
+from pipelines.bronze.kafka_truth import fetch_truth
+from pipelines.errors import ConfigError, StageUnavailable
+from pipelines.gold.build import run_gold
+from pipelines.quality.stage import partition_counts, run_quality
+from pipelines.quality.suites import LAYERS, check_job_overrides
 from pipelines.runtime import lake
-from pipelines.runtime.config import STAGES, ConfigError, JobsFile, load, resolve_root
+from pipelines.runtime.config import STAGES, JobsFile, QualitySettings, load, resolve_root
+from pipelines.runtime.spark import build_session
+from pipelines.runtime.tables import Tables
+from pipelines.silver.ingest import run_silver
+from pipelines.silver.redecode import redecode_quarantine
+from pipelines.truth import TruthSnapshot
+from pipelines.truth import load as load_truth
 
 log = logging.getLogger("offsets_lakehouse")
 
-AVAILABLE_STAGES = STAGES
 QUALITY_FAILED = "quality_failed"
 
 
@@ -75,22 +92,18 @@ class Context:
         self.base_dir = self.config_path.resolve().parent
         self.root = resolve_root(self.config, self.base_dir)
         self.master = master
-        self._spark = None
-        self._tables = None
+        self._spark: SparkSession | None = None
+        self._tables: Tables | None = None
 
     @property
-    def spark(self):
+    def spark(self) -> SparkSession:
         if self._spark is None:
-            from pipelines.runtime.spark import build_session
-
             self._spark = build_session(self.config.spark, self.master)
         return self._spark
 
     @property
-    def tables(self):
+    def tables(self) -> Tables:
         if self._tables is None:
-            from pipelines.runtime.tables import Tables
-
             lh = self.config.lakehouse
             self._tables = Tables(
                 self.spark,
@@ -107,7 +120,8 @@ class Context:
 
 @contextmanager
 def recorded_stage(ctx: Context, report: RunReport, stage: str) -> Iterator[StageReport]:
-    """Time a stage and record it in the run log (``bronze.runs``), failed or not."""
+    """Time a stage and record it in the run log (``bronze.runs``), failed or not: the one place
+    a stage's report, status and seconds are kept, for data stages, quality and redecode alike."""
     started = datetime.now(timezone.utc)
     t0 = time.monotonic()
     sr = StageReport(stage)
@@ -128,10 +142,8 @@ def run_job(ctx: Context, job_name: str, stages: list[str] | None = None, full_r
         raise ConfigError(f"{ctx.config_path}: jobs.{job_name}: no such job (known: {sorted(ctx.config.jobs)})")
     wanted = stages or list(job.stages)
     for stage in wanted:
-        if stage not in AVAILABLE_STAGES:
-            raise StageUnavailable(
-                f"stage {stage!r} is not available in this version (available: {', '.join(AVAILABLE_STAGES)})"
-            )
+        if stage not in STAGES:
+            raise StageUnavailable(f"stage {stage!r} is not available in this version (available: {', '.join(STAGES)})")
     if full_refresh:
         log.info("full refresh requested: silver and gold are rebuilt from bronze; bronze is never rewritten")
     report = RunReport(f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}", job_name)
@@ -142,7 +154,7 @@ def run_job(ctx: Context, job_name: str, stages: list[str] | None = None, full_r
         return report
     for stage in data_stages:
         with recorded_stage(ctx, report, stage) as sr:
-            sr.details = DATA_STAGES[stage](ctx, job.sources, report.run_id, full_refresh)
+            sr.details = DATA_STAGES[stage].run(ctx, job.sources, report.run_id, full_refresh)
         if stage in checks and not _quality(ctx, job_name, report, stage, checks[stage]):
             log.error("quality: a rule with policy fail failed after %s: the run stops here (exit code 3)", stage)
             break
@@ -169,10 +181,6 @@ def _quality(
 ) -> bool:
     """Run the suites of ``layers`` (all without), recorded as a quality stage; False when a
     rule with policy fail failed."""
-    from pipelines.quality.stage import run_quality
-    from pipelines.quality.suites import LAYERS
-    from pipelines.runtime.config import QualitySettings
-
     job = ctx.config.jobs.get(job_name) if job_name else None
     settings = job.quality if job else QualitySettings()
     sources = job.sources if job else list(ctx.config.sources)
@@ -197,8 +205,6 @@ def _quality(
 
 
 def _partition_counts(ctx: Context, sources: list[str]) -> dict[str, int | None]:
-    from pipelines.quality.stage import partition_counts
-
     by_uri = None
     if any(getattr(ctx.config.sources[s], "cluster_from_path", None) for s in sources):
         bronze = lake.read(ctx.spark, ctx.tables.path("bronze", "offsets_records"))
@@ -208,13 +214,11 @@ def _partition_counts(ctx: Context, sources: list[str]) -> dict[str, int | None]
     return partition_counts(ctx.config, sources, by_uri)
 
 
-def _truth(ctx: Context, path: str | None, sources: list[str]):
+def _truth(ctx: Context, path: str | None, sources: list[str]) -> TruthSnapshot | None:
     if path is None:
         return None
     if path == "live":
         return _live_truth(ctx, sources)
-    from pipelines.truth import load as load_truth
-
     p = Path(path)
     p = p if p.is_absolute() else ctx.base_dir / p
     if not p.exists():
@@ -222,13 +226,10 @@ def _truth(ctx: Context, path: str | None, sources: list[str]):
     return load_truth(p)
 
 
-def _live_truth(ctx: Context, sources: list[str]):
+def _live_truth(ctx: Context, sources: list[str]) -> TruthSnapshot | None:
     """``truth_snapshot: live``: the job's Kafka source's committed offsets, now. Compared only
     when the offsets topic has not moved since bronze read it (same end offsets in every
     partition); otherwise gold is legitimately behind and the rule is reported not evaluated."""
-    from pipelines.bronze.kafka_source import stored_positions
-    from pipelines.bronze.kafka_truth import fetch_truth
-
     kafka = [s for s in sources if ctx.config.sources[s].kind == "kafka"]
     if len(kafka) != 1:
         raise ConfigError(f"{ctx.config_path}: quality.truth_snapshot: live needs one kafka source in the job")
@@ -256,13 +257,11 @@ def quality_job(ctx: Context, job_name: str | None) -> RunReport:
     return report
 
 
-def _bronze(ctx: Context, sources: list[str], run_id: str) -> list[dict[str, Any]]:
-    from pipelines.bronze.ingest import ingest_source
-
+def _bronze(ctx: Context, sources: list[str], run_id: str, full_refresh: bool) -> list[dict[str, Any]]:
     details = []
     ctx.spark  # noqa: B018 - start the session first: the log line below then means "reading data"
     for name in sources:
-        log.info("bronze: ingesting source %s", name)
+        log.info(DATA_STAGES["bronze"].announce, name)
         result = ingest_source(ctx.spark, ctx.tables, name, ctx.config.sources[name], run_id, str(ctx.base_dir))
         details.append(result.to_json())
         log.info(
@@ -276,19 +275,15 @@ def _bronze(ctx: Context, sources: list[str], run_id: str) -> list[dict[str, Any
     return details
 
 
-def _silver(ctx: Context, run_id: str, full_refresh: bool) -> list[dict[str, Any]]:
-    from pipelines.silver.ingest import run_silver
-
-    log.info("silver: decoding bronze rows not yet in silver%s", " (full refresh)" if full_refresh else "")
+def _silver(ctx: Context, sources: list[str], run_id: str, full_refresh: bool) -> list[dict[str, Any]]:
+    log.info(DATA_STAGES["silver"].announce, " (full refresh)" if full_refresh else "")
     result = run_silver(ctx.spark, ctx.tables, run_id, full_refresh)
     _log_silver(result)
     return [result.to_json()]
 
 
-def _gold(ctx: Context, run_id: str, full_refresh: bool) -> list[dict[str, Any]]:
-    from pipelines.gold.build import run_gold
-
-    log.info("gold: replaying new silver events per offsets partition%s", " (full refresh)" if full_refresh else "")
+def _gold(ctx: Context, sources: list[str], run_id: str, full_refresh: bool) -> list[dict[str, Any]]:
+    log.info(DATA_STAGES["gold"].announce, " (full refresh)" if full_refresh else "")
     result = run_gold(
         ctx.spark,
         ctx.tables,
@@ -326,8 +321,6 @@ def _log_silver(result: Any) -> None:
 
 def redecode_job(ctx: Context, job_name: str) -> RunReport:
     """Decode the job's quarantine again (after an upgrade); recorded as a silver stage run."""
-    from pipelines.silver.redecode import redecode_quarantine
-
     if job_name not in ctx.config.jobs:
         raise ConfigError(f"{ctx.config_path}: jobs.{job_name}: no such job (known: {sorted(ctx.config.jobs)})")
     report = RunReport(f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}", job_name)
@@ -339,9 +332,8 @@ def redecode_job(ctx: Context, job_name: str) -> RunReport:
 
 
 def _record(ctx: Context, report: RunReport, sr: StageReport, started: datetime) -> None:
-    from pyspark.sql import Row
-
-    name = ctx.tables.ensure("bronze", "runs")
+    """Append a stage's row to the run log."""
+    ctx.tables.ensure("bronze", "runs")
     spec = ctx.tables.spec("bronze", "runs")
     row = Row(
         run_id=report.run_id,
@@ -352,14 +344,28 @@ def _record(ctx: Context, report: RunReport, sr: StageReport, started: datetime)
         status=sr.status,
         summary=json.dumps(sr.details, default=str, sort_keys=True),
     )
-    del name  # registered above; appended by path like every other writer
     lake.append(ctx.spark.createDataFrame([row], spec.struct()), ctx.tables.path("bronze", "runs"))
 
 
-# the data stages in order (quality runs between them, see quality_checkpoints): each takes the
-# context, the job's sources, the run id and --full-refresh, and returns its report details
-DATA_STAGES: dict[str, Callable[[Context, list[str], str, bool], list[dict[str, Any]]]] = {
-    "bronze": lambda ctx, sources, run_id, full_refresh: _bronze(ctx, sources, run_id),
-    "silver": lambda ctx, sources, run_id, full_refresh: _silver(ctx, run_id, full_refresh),
-    "gold": lambda ctx, sources, run_id, full_refresh: _gold(ctx, run_id, full_refresh),
+@dataclass(frozen=True)
+class Stage:
+    """A data stage of a job, declared once: its name (as in jobs.yaml, ``--stage`` and the run
+    log), the function that runs it — given the context, the job's sources, the run id and
+    ``--full-refresh``, it returns its report details — and the log line it announces its work
+    with (a source name, or `` (full refresh)``, for its ``%s``)."""
+
+    name: str
+    run: Callable[[Context, list[str], str, bool], list[dict[str, Any]]]
+    announce: str
+
+
+# in the order they run; quality runs between them (quality_checkpoints); with "quality" these are
+# runtime.config.STAGES, the names jobs.yaml may use
+DATA_STAGES: dict[str, Stage] = {
+    s.name: s
+    for s in (
+        Stage("bronze", _bronze, "bronze: ingesting source %s"),
+        Stage("silver", _silver, "silver: decoding bronze rows not yet in silver%s"),
+        Stage("gold", _gold, "gold: replaying new silver events per offsets partition%s"),
+    )
 }

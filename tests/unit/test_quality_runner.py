@@ -4,6 +4,7 @@ No JVM: the data stages, the suites and the runs table are replaced by recorders
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from pipelines import runner
 from pipelines.quality.report import render_text, report_doc
 from pipelines.quality.results import Outcome, action_for, summarize
 from pipelines.quality.stage import QualityReport, partition_counts
-from pipelines.runtime.config import load
+from pipelines.runtime.config import STAGES, load
 
 JOBS = """
 lakehouse: {root: lh}
@@ -40,6 +41,12 @@ jobs:
 )
 def test_quality_checkpoints(stages, checkpoints) -> None:
     assert runner.quality_checkpoints(stages) == checkpoints
+
+
+def test_stages_are_declared_once() -> None:
+    """The runner's registry holds the data stages jobs.yaml may name, in their order, quality last."""
+    assert (*runner.DATA_STAGES, "quality") == STAGES
+    assert all(name == stage.name for name, stage in runner.DATA_STAGES.items())
 
 
 def test_partition_counts_per_cluster(tmp_path: Path) -> None:
@@ -76,7 +83,8 @@ def fake_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     verdicts: dict[str | None, bool] = {}
 
     for stage in ("bronze", "silver", "gold"):
-        monkeypatch.setattr(runner, f"_{stage}", lambda *a, _s=stage, **k: calls.append((_s,)) or [])
+        fake = dataclasses.replace(runner.DATA_STAGES[stage], run=lambda *a, _s=stage, **k: calls.append((_s,)) or [])
+        monkeypatch.setitem(runner.DATA_STAGES, stage, fake)
     monkeypatch.setattr(runner, "_record", lambda ctx, report, sr, started: recorded.append((sr.stage, sr.status)))
 
     def fake_quality(spark, tables, run_id, settings, *, layers, after, **kw):
@@ -86,7 +94,7 @@ def fake_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         report.outcomes = [outcome(f"{layers[-1]}.t", "rule", ok)]
         return report
 
-    monkeypatch.setattr("pipelines.quality.stage.run_quality", fake_quality)
+    monkeypatch.setattr(runner, "run_quality", fake_quality)
     monkeypatch.setattr(runner, "_partition_counts", lambda ctx, sources: {})  # reads bronze
     ctx = runner.Context(tmp_path / "jobs.yaml")
     ctx._spark, ctx._tables = object(), object()
