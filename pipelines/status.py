@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql import functions as F
+
+from pipelines.bronze.kafka_source import last_runs
+from pipelines.quality.report import load_report
+from pipelines.silver.progress import silver_status
+
+if TYPE_CHECKING:
+    from pipelines.runner import Context
 
 
-def collect_status(ctx: Any) -> dict[str, Any]:
-    from pyspark.sql import functions as F
-
+def collect_status(ctx: Context) -> dict[str, Any]:
+    """Tables with row counts, per-partition watermarks, the Kafka source's positions, silver's
+    progress, the last quality run and the last runs, with notes on what needs attention."""
     tables = ctx.tables
     names = tables.register_existing()
     doc: dict[str, Any] = {"root": ctx.root, "tables": [], "watermarks": [], "runs": [], "notes": []}
@@ -34,8 +43,6 @@ def collect_status(ctx: Any) -> dict[str, Any]:
         doc["watermarks"] = [r.asDict() for r in marks.collect()]
     else:
         doc["notes"].append("no bronze table yet: run a job first (offsets-lakehouse run <job>)")
-        from pipelines.bronze.kafka_source import last_runs
-
         doc["kafka_positions"] = last_runs(ctx.spark, tables)
         for row in doc["kafka_positions"]:
             if row["held_back"]:
@@ -44,8 +51,6 @@ def collect_status(ctx: Any) -> dict[str, Any]:
                     f"offset {row['position']}, {row['held_back']} records behind the high watermark "
                     "(an open transaction; see docs/bronze.md)"
                 )
-    from pipelines.silver.progress import silver_status
-
     doc["silver"] = silver_status(ctx.spark, tables)
     if doc["silver"] is not None:
         silver = doc["silver"]
@@ -63,8 +68,6 @@ def collect_status(ctx: Any) -> dict[str, Any]:
             listed = ", ".join(f"{n} {r}" for r, n in sorted(rules.items()))
             doc["notes"].append(f"silver.quarantine holds records moved by quality rules ({listed}; docs/quality.md)")
     if tables.name("quality", "results") in names:
-        from pipelines.quality.report import load_report
-
         quality = load_report(ctx.spark, tables)
         doc["quality"] = quality
         bad = [p for p in quality["problems"] if p["action"] == "failed"]

@@ -7,16 +7,29 @@ run), 2 bad arguments or configuration, 3 data-quality failure.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import sys
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
+from pipelines.cli.render import render_inspect, render_rows, render_run, render_status
+from pipelines.codec.segments import discover
 from pipelines.errors import ConfigError, OffsetsLakehouseError
+from pipelines.generate import generate as run_generate
+from pipelines.inspect import inspect_segment, iter_record_json, totals
 from pipelines.runtime.config import STAGES
+
+# The commands that touch the lakehouse import the runner (and with it Spark, Delta and Great
+# Expectations: seconds) when they run, so that inspect, generate, --help and a bad jobs.yaml
+# answer without loading them.
 
 EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_QUALITY = 0, 1, 2, 3
 
@@ -38,9 +51,6 @@ def inspect(paths: tuple[Path, ...], as_json: bool, records: bool) -> None:
     segment is normal for a copy of a live broker), 1 when any record is undecodable
     or any batch corrupt, 2 for bad arguments.
     """
-    from pipelines.codec.segments import discover
-    from pipelines.inspect import inspect_segment, iter_record_json, totals
-
     if as_json and records:
         raise click.UsageError("--json and --records are exclusive")
     missing = [str(p) for p in paths if not p.exists()]
@@ -65,8 +75,6 @@ def inspect(paths: tuple[Path, ...], as_json: bool, records: bool) -> None:
     if as_json:
         click.echo(json.dumps({"totals": summary, "files": [r.to_json() for r in reports]}, indent=2))
     else:
-        from pipelines.cli.render import render_inspect
-
         render_inspect(reports, summary)
     bad = summary["undecodable"] or summary["corrupt_batches"]
     sys.exit(EXIT_FAILURE if bad else EXIT_OK)
@@ -101,10 +109,6 @@ def generate(
     would load, by the reference replay), generator-events.jsonl.gz and
     generator-manifest.json.
     """
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
-
-    from pipelines.generate import generate as run_generate
-
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise click.BadParameter(f"{out} is not empty (pass --overwrite to replace it)", param_hint="--out")
     with Progress(
@@ -114,7 +118,7 @@ def generate(
         TimeRemainingColumn(),
         transient=True,
         disable=as_json or not sys.stderr.isatty(),
-        console=__import__("rich.console").console.Console(stderr=True),
+        console=Console(stderr=True),
     ) as bar:
         task = bar.add_task("generating records", total=records)
         result = run_generate(
@@ -138,8 +142,6 @@ def generate(
 
 
 def _setup_logging(verbose: bool, log_format: str) -> None:
-    import logging
-
     handler = logging.StreamHandler(sys.stderr)
     if log_format == "json":
         handler.setFormatter(_JsonFormatter())
@@ -150,8 +152,8 @@ def _setup_logging(verbose: bool, log_format: str) -> None:
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
 
 
-class _JsonFormatter(__import__("logging").Formatter):
-    def format(self, record) -> str:
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
         doc = {
             "ts": self.formatTime(record),
             "level": record.levelname,
@@ -201,8 +203,6 @@ def one_line_errors(verbose: bool) -> Iterator[None]:
 def _fail(exc: BaseException, code: int, verbose: bool) -> None:
     """One clear line on stderr (the traceback only with --verbose), then exit with ``code``."""
     if verbose:
-        import traceback
-
         traceback.print_exception(exc)
     click.echo(f"error: {error_message(exc)}", err=True)
     sys.exit(code)
@@ -255,13 +255,11 @@ def run(
     _exit_with(report, as_json)
 
 
-def _exit_with(report, as_json: bool) -> None:
+def _exit_with(report: Any, as_json: bool) -> None:
     """Print a run report; exit 0 ok, 3 when a quality rule with policy fail failed, else 1."""
     if as_json:
         click.echo(json.dumps(report.to_json(), default=str))
     else:
-        from pipelines.cli.render import render_run
-
         render_run(report)
     codes = {"ok": EXIT_OK, "quality_failed": EXIT_QUALITY}
     sys.exit(codes.get(report.status, EXIT_FAILURE))
@@ -328,8 +326,6 @@ def redecode(job: str, config_path: Path, master: str | None, as_json: bool, log
     if as_json:
         click.echo(json.dumps(report.to_json(), default=str))
     else:
-        from pipelines.cli.render import render_run
-
         render_run(report)
     sys.exit(EXIT_OK if report.status == "ok" else EXIT_FAILURE)
 
@@ -348,8 +344,6 @@ def status(config_path: Path, as_json: bool, verbose: bool) -> None:
     if as_json:
         click.echo(json.dumps(doc, default=str))
     else:
-        from pipelines.cli.render import render_status
-
         render_status(doc)
 
 
@@ -388,8 +382,6 @@ def sql(
         for r in rows:
             click.echo(json.dumps(r.asDict(recursive=True), default=str))
     else:
-        from pipelines.cli.render import render_rows
-
         render_rows(df.columns, rows)
 
 

@@ -14,6 +14,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pyspark
+
 from pipelines.errors import JarResolutionError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,8 +37,6 @@ def pom_versions(pom: Path = POM) -> dict[str, str]:
 
 
 def pyspark_jars_dir() -> Path:
-    import pyspark
-
     return Path(pyspark.__file__).parent / "jars"
 
 

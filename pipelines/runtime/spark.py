@@ -14,13 +14,11 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+from pyspark.sql import SparkSession
 
 from pipelines.runtime import jars
 from pipelines.runtime.config import SparkSettings
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
 
 DEFAULTS = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -55,8 +53,6 @@ def build_session(
     ship_package: bool | None = None,
     extra_conf: dict[str, str] | None = None,
 ) -> SparkSession:
-    from pyspark.sql import SparkSession
-
     settings = settings or SparkSettings()
     master = master or os.environ.get("OFFSETS_SPARK_MASTER") or settings.master
     conf = dict(DEFAULTS)

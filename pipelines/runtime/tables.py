@@ -12,18 +12,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
+from pyspark.sql import SparkSession
+from pyspark.sql.types import StructType
 
 from pipelines.codec.schema import schemas_dir
 from pipelines.errors import ConfigError, DeclarationError
 from pipelines.runtime import lake
 from pipelines.runtime.lake import sql_str
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-    from pyspark.sql.types import StructType
 
 LAYERS = ("bronze", "silver", "gold", "quality")
 
@@ -53,8 +51,6 @@ class TableSpec:
         )
 
     def struct(self) -> StructType:
-        from pyspark.sql.types import StructType
-
         return StructType.fromDDL(", ".join(f"`{c.name}` {c.type}" for c in self.columns))
 
 
