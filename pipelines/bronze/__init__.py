@@ -7,8 +7,9 @@ and the ``kafka_segments`` Spark data source (:func:`register`).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from pipelines import lazy_exports
 
 if TYPE_CHECKING:
     from pipelines.bronze.ingest import ingest_source
@@ -28,9 +29,4 @@ _MODULES = {
     "stored_positions": "kafka_source",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _MODULES.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+__getattr__ = lazy_exports(__name__, _MODULES)

@@ -3,18 +3,15 @@ script is ``pipelines.cli.main:main``."""
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from pipelines import lazy_exports
 
 if TYPE_CHECKING:
     from pipelines.cli.main import cli
 
 __all__ = ["cli"]
 
-
-def __getattr__(name: str) -> Any:
-    # not imported with the package: ``python -m pipelines.cli.main`` would then find the module
-    # already imported and warn on stderr, which the CLI keeps to one line per error
-    if name not in __all__:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.main"), name)
+# not imported with the package: ``python -m pipelines.cli.main`` would then find the module
+# already imported and warn on stderr, which the CLI keeps to one line per error
+__getattr__ = lazy_exports(__name__, {"cli": "main"})

@@ -7,8 +7,9 @@ The public API: :func:`load` (a validated jobs.yaml, :class:`JobsFile`), :func:`
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from pipelines import lazy_exports
 
 if TYPE_CHECKING:
     from pipelines.runtime.config import STAGES, JobsFile, load, resolve_root
@@ -28,9 +29,4 @@ _MODULES = {
     "build_session": "spark",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _MODULES.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+__getattr__ = lazy_exports(__name__, _MODULES)
