@@ -28,7 +28,7 @@ from pipelines.gold.build import run_gold
 from pipelines.quality.stage import partition_counts, run_quality
 from pipelines.quality.suites import LAYERS, check_job_overrides
 from pipelines.runtime import lake
-from pipelines.runtime.config import STAGES, JobsFile, QualitySettings, load, resolve_root
+from pipelines.runtime.config import STAGES, Job, JobsFile, QualitySettings, load, resolve_root
 from pipelines.runtime.spark import build_session
 from pipelines.runtime.tables import Tables
 from pipelines.silver.ingest import run_silver
@@ -55,6 +55,11 @@ class RunReport:
     job: str
     stages: list[StageReport] = field(default_factory=list)
     quality_outcomes: list[Any] = field(default_factory=list)  # this run's, for its Data Docs
+
+    @classmethod
+    def start(cls, job: str) -> RunReport:
+        """A new run of ``job``: its id is the start time (sortable) and a random suffix."""
+        return cls(f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}", job)
 
     @property
     def status(self) -> str:
@@ -94,6 +99,13 @@ class Context:
         self.master = master
         self._spark: SparkSession | None = None
         self._tables: Tables | None = None
+
+    def job(self, name: str) -> Job:
+        """The job called ``name``; a configuration error naming the known ones when there is none."""
+        job = self.config.jobs.get(name)
+        if job is None:
+            raise ConfigError(f"{self.config_path}: jobs.{name}: no such job (known: {sorted(self.config.jobs)})")
+        return job
 
     @property
     def spark(self) -> SparkSession:
@@ -137,16 +149,16 @@ def recorded_stage(ctx: Context, report: RunReport, stage: str) -> Iterator[Stag
 
 
 def run_job(ctx: Context, job_name: str, stages: list[str] | None = None, full_refresh: bool = False) -> RunReport:
-    job = ctx.config.jobs.get(job_name)
-    if job is None:
-        raise ConfigError(f"{ctx.config_path}: jobs.{job_name}: no such job (known: {sorted(ctx.config.jobs)})")
+    """Run the job's stages (or ``stages``) in order, each recorded in the run log; the quality
+    suites run after the stages they check, and a rule with policy fail stops the run there."""
+    job = ctx.job(job_name)
     wanted = stages or list(job.stages)
     for stage in wanted:
         if stage not in STAGES:
             raise StageUnavailable(f"stage {stage!r} is not available in this version (available: {', '.join(STAGES)})")
     if full_refresh:
         log.info("full refresh requested: silver and gold are rebuilt from bronze; bronze is never rewritten")
-    report = RunReport(f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}", job_name)
+    report = RunReport.start(job_name)
     data_stages = [s for s in wanted if s != "quality"]
     checks = quality_checkpoints(data_stages) if "quality" in wanted else {}
     if "quality" in wanted and not data_stages:
@@ -250,9 +262,9 @@ def _live_truth(ctx: Context, sources: list[str]) -> TruthSnapshot | None:
 def quality_job(ctx: Context, job_name: str | None) -> RunReport:
     """``offsets-lakehouse quality [JOB]``: every suite on the tables as they are. Without a job:
     the default policies, and partition counts from every source in jobs.yaml."""
-    if job_name is not None and job_name not in ctx.config.jobs:
-        raise ConfigError(f"{ctx.config_path}: jobs.{job_name}: no such job (known: {sorted(ctx.config.jobs)})")
-    report = RunReport(f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}", job_name or "-")
+    if job_name is not None:
+        ctx.job(job_name)
+    report = RunReport.start(job_name or "-")
     _quality(ctx, job_name, report, None)
     return report
 
@@ -321,9 +333,8 @@ def _log_silver(result: Any) -> None:
 
 def redecode_job(ctx: Context, job_name: str) -> RunReport:
     """Decode the job's quarantine again (after an upgrade); recorded as a silver stage run."""
-    if job_name not in ctx.config.jobs:
-        raise ConfigError(f"{ctx.config_path}: jobs.{job_name}: no such job (known: {sorted(ctx.config.jobs)})")
-    report = RunReport(f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}", job_name)
+    ctx.job(job_name)
+    report = RunReport.start(job_name)
     with recorded_stage(ctx, report, "silver") as sr:
         result = redecode_quarantine(ctx.spark, ctx.tables, report.run_id)
         log.info("redecode: %d quarantined rows, %d released into their tables", result.bronze_rows, result.released)
