@@ -262,53 +262,48 @@ def run_once(ctx: Context, label: str, stages: list[str], root: Path, memory: Me
 
 # -- the report -----------------------------------------------------------------------------------------
 def _n(x: Any) -> str:
+    """A number for the tables: thousands separated, seconds to a tenth, "-" for none."""
     if x is None:
         return "-"
-    return f"{x:,}" if isinstance(x, int) else str(x)
+    return f"{x:,}" if isinstance(x, int) else f"{x:,.1f}"
+
+
+def _row(cells: list[Any]) -> str:
+    return "| " + " | ".join(c if isinstance(c, str) else _n(c) for c in cells) + " |"
 
 
 def print_report(result: dict[str, Any]) -> None:
-    inc = result["increment"]
+    inc, runs, stages = result["increment"], result["runs"], result["stages"]
     print(
         f"\n{result['records']:,} records (seed {result['seed']}, {result['segment_bytes'] // 1024} KiB segments), "
         f"increment {inc['records']:,} records = {inc['percent']} % ({inc['grown_segments']} active segments grown, "
         f"{inc['new_segments']} new segments); Spark {result['spark_version']}, master {result['master']}, "
         f"{result['cores']} cores; Spark start {result['spark_start_s']} s (not counted)"
     )
-    la = result["load_average"]
-    print(f"load average (1/5/15 min): start {la['start']}, end {la['end']}\n")
-    stages = result["stages"]
-    print(
-        "| run | seconds | "
-        + " | ".join(f"{s} s" for s in stages)
-        + " | new records | records/s | Delta commits | Spark jobs | peak RSS driver / JVM (MiB) |"
-    )
-    print("|---|---:|" + "---:|" * len(stages) + "---:|---:|---:|---:|---:|")
-    for r in result["runs"]:
-        cells = [_n(r["stages"][s]["seconds"]) for s in stages]
-        rss = r["peak_rss_mib"]
-        print(
-            f"| {r['run']} | {r['seconds']} | {' | '.join(cells)} | {_n(r['new_records'])} | {_n(r['records_per_s'])} "
-            f"| {r['delta_commits']} | {r['spark_jobs']} | {_n(rss['driver'])} / {_n(rss['jvm'])} |"
-        )
+    start, end = (" ".join(map(str, result["load_average"][k])) for k in ("start", "end"))
+    print(f"load average (1/5/15 min): {start} at the start, {end} at the end\n")
+    head = ["run", "seconds", *(f"{s} s" for s in stages), "new records", "records/s", "Delta commits", "Spark jobs"]
+    print(_row([*head, "peak RSS driver / JVM (MiB)"]))
+    print("|---|" + "---:|" * len(head))
+    for r in runs:
+        rss = f"{_n(r['peak_rss_mib']['driver'])} / {_n(r['peak_rss_mib']['jvm'])}"
+        cells = [r["run"], r["seconds"], *(r["stages"][s]["seconds"] for s in stages), r["new_records"]]
+        print(_row([*cells, r["records_per_s"], r["delta_commits"], r["spark_jobs"], rss]))
     print("\n| run | stage | seconds | rows | rows/s | inserted | Delta commits | Spark jobs |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
-    for r in result["runs"]:
+    for r in runs:
         for s in stages:
             x = r["stages"][s]
-            print(
-                f"| {r['run']} | {s} | {x['seconds']} | {_n(x['rows'])} | {_n(x['rows_per_s'])} | {_n(x['inserted'])} "
-                f"| {x['delta_commits']} | {x['spark_jobs']} |"
-            )
+            cells = [x["seconds"], x["rows"], x["rows_per_s"], x["inserted"], x["delta_commits"], x["spark_jobs"]]
+            print(_row([r["run"], s, *cells]))
     print("\n(rows: bronze records read, silver bronze rows decoded, gold events replayed; Delta commits include")
     print(" the run log's row per stage in bronze.runs)")
     if "gold" in stages:
-        steps = list(dict.fromkeys(k for r in result["runs"] for k in r["stages"]["gold"]["steps"]))
-        print("\n| gold step (seconds) | " + " | ".join(r["run"] for r in result["runs"]) + " |")
-        print("|---|" + "---:|" * len(result["runs"]))
+        steps = list(dict.fromkeys(k for r in runs for k in r["stages"]["gold"]["steps"]))
+        print("\n" + _row(["gold step (seconds)", *(r["run"] for r in runs)]))
+        print("|---|" + "---:|" * len(runs))
         for step in steps:
-            cells = [_n(r["stages"]["gold"]["steps"].get(step)) for r in result["runs"]]
-            print(f"| {step} | {' | '.join(cells)} |")
+            print(_row([step, *(r["stages"]["gold"]["steps"].get(step) for r in runs)]))
     hwm = result["peak_rss_mib"]
     print(f"\npeak RSS over each process's life (VmHWM): driver {_n(hwm['driver'])} MiB, JVM {_n(hwm['jvm'])} MiB")
 
