@@ -8,9 +8,9 @@ and the contract other layers and the tests rely on (:mod:`pipelines.silver.cont
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from pipelines import lazy_exports
 from pipelines.silver.contract import (
     DATA_TABLES,
     KEY,
@@ -57,8 +57,4 @@ _SPARK_SIDE = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _SPARK_SIDE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+__getattr__ = lazy_exports(__name__, _SPARK_SIDE)

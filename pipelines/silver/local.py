@@ -1,7 +1,9 @@
-"""Bronze-shaped Arrow rows straight from segment files, without Spark (tests and benchmarks).
+"""Bronze-shaped Arrow rows straight from segment files, without a Spark session (tests and
+benchmarks).
 
-The columns are those of ``bronze.offsets_records`` that the silver decoder reads, with the
-same types, so :func:`pipelines.silver.decode.decode_batch` sees what a Spark task would see.
+The columns are those of ``bronze.offsets_records`` that the silver decoder reads, typed as
+``schemas/tables/bronze.yaml`` declares them, so :func:`pipelines.silver.decode.decode_batch`
+sees what a Spark task would see.
 """
 
 from __future__ import annotations
@@ -13,24 +15,18 @@ from typing import Any
 import pyarrow as pa
 
 from pipelines.codec.segments import discover, iter_segment
+from pipelines.runtime.tables import load_specs
+from pipelines.silver.contract import BRONZE
+from pipelines.silver.decode import INPUT_COLUMNS, arrow_type
 
-BRONZE_ARROW = pa.schema(
-    [
-        ("cluster", pa.string()),
-        ("partition", pa.int32()),
-        ("offset", pa.int64()),
-        ("timestamp", pa.timestamp("us", tz="UTC")),
-        ("producer_id", pa.int64()),
-        ("producer_epoch", pa.int32()),
-        ("transactional", pa.bool_()),
-        ("control", pa.bool_()),
-        ("key", pa.binary()),
-        ("value", pa.binary()),
-        ("source_uri", pa.string()),
-        ("batch_position", pa.int64()),
-        ("base_offset", pa.int64()),
-    ]
-)
+
+def bronze_arrow() -> pa.Schema:
+    """The decoder's input columns (in :data:`INPUT_COLUMNS` order) with their declared types."""
+    declared = {c.name: c.type for c in load_specs()[BRONZE[0]][BRONZE[1]].columns}
+    return pa.schema([(name, arrow_type(declared[name])) for name in INPUT_COLUMNS])
+
+
+BRONZE_ARROW = bronze_arrow()
 
 
 def bronze_rows(paths: Iterable[str | Path], cluster: str) -> Iterator[dict[str, Any]]:
