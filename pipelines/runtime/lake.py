@@ -13,7 +13,8 @@ Creating and registering a table (its declared columns, partitioning and propert
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
@@ -21,22 +22,30 @@ from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
+from pyspark.util import inheritable_thread_target
 
 __all__ = [
     "METADATA_CONF",
     "append",
+    "changes",
     "commit_empty",
+    "commit_info",
     "commit_metadata",
     "exists",
+    "in_parallel",
     "insert_new",
     "key_condition",
     "last_commit",
+    "latest_metadata",
+    "merge",
     "partitions_predicate",
     "properties",
     "read",
+    "read_at",
     "replace_if_changed",
     "replace_partitions",
     "replace_where",
+    "set_property",
     "sql_in_list",
     "sql_str",
     "tagged_commits",
@@ -99,14 +108,80 @@ def last_commit(spark: SparkSession, path: str) -> Any:
     return DeltaTable.forPath(spark, path).history(1).collect()[0]
 
 
+def _snapshot(spark: SparkSession, path: str) -> Any:
+    """The table's latest snapshot, from the Delta log in Spark's JVM: a listing of ``_delta_log``
+    (milliseconds), where ``DESCRIBE HISTORY`` or ``DESCRIBE DETAIL`` run a query (~0.7 s)."""
+    jvm = spark._jvm  # type: ignore[attr-defined]
+    log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)  # type: ignore[attr-defined]
+    none = jvm.scala.Option.empty()
+    return log.update(False, none, none)
+
+
 def version(spark: SparkSession, path: str) -> int | None:
     """The table's latest version, or None when there is no table yet."""
-    return int(last_commit(spark, path)["version"]) if exists(spark, path) else None
+    if not exists(spark, path):
+        return None
+    return int(_snapshot(spark, path).version())
 
 
 def properties(spark: SparkSession, path: str) -> dict[str, str]:
     """The table's properties (``TBLPROPERTIES``), from its Delta log."""
-    return dict(DeltaTable.forPath(spark, path).detail().collect()[0]["properties"] or {})
+    conf = _snapshot(spark, path).metadata().configuration()
+    jvm = spark._jvm  # type: ignore[attr-defined]
+    return dict(jvm.scala.jdk.javaapi.CollectionConverters.asJava(conf))
+
+
+def commit_info(spark: SparkSession, path: str, at: int) -> dict[str, Any]:
+    """The ``commitInfo`` of version ``at`` (its ``userMetadata`` included), read from the
+    commit file: one small file, where the table history is a query over the whole log."""
+    jvm = spark._jvm  # type: ignore[attr-defined]
+    file = jvm.org.apache.hadoop.fs.Path(f"{path.rstrip('/')}/_delta_log/{at:020d}.json")
+    fs = file.getFileSystem(spark._jsc.hadoopConfiguration())  # type: ignore[attr-defined]
+    reader = jvm.java.io.BufferedReader(jvm.java.io.InputStreamReader(fs.open(file), "UTF-8"))
+    try:
+        while (line := reader.readLine()) is not None:
+            action = json.loads(line)
+            if "commitInfo" in action:
+                return action["commitInfo"]
+    finally:
+        reader.close()
+    return {}
+
+
+def latest_metadata(spark: SparkSession, path: str) -> dict[str, Any] | None:
+    """The JSON object a writer attached (:func:`commit_metadata`) to the table's latest commit;
+    None when there is no table, or the latest commit carries none."""
+    at = version(spark, path)
+    if at is None:
+        return None
+    try:
+        meta = json.loads(commit_info(spark, path, at).get("userMetadata") or "null")
+    except ValueError:
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+def read_at(spark: SparkSession, path: str, at: int) -> DataFrame:
+    """The table as of version ``at``."""
+    return spark.read.format("delta").option("versionAsOf", at).load(path)
+
+
+def changes(spark: SparkSession, path: str, start: int, end: int) -> DataFrame:
+    """The table's change data feed over versions start..end (``_change_type``: insert, delete,
+    update_preimage, update_postimage). Errors (feed off at some version, files vacuumed)
+    surface when the frame is first used."""
+    return (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", start)
+        .option("endingVersion", end)
+        .load(path)
+    )
+
+
+def set_property(spark: SparkSession, path: str, name: str, value: str) -> None:
+    """Set one table property (one metadata commit)."""
+    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ({sql_str(name)} = {sql_str(value)})")
 
 
 def tagged_commits(spark: SparkSession, path: str) -> Iterator[tuple[int, Any, dict[str, Any]]]:
@@ -152,6 +227,31 @@ def insert_new(
     return int(metrics.execute().collect()[0]["num_inserted_rows"])
 
 
+def merge(
+    spark: SparkSession,
+    path: str,
+    source: DataFrame,
+    key: Iterable[str],
+    *,
+    delete: bool | str = False,
+    update: dict[str, str] | None = None,
+    update_if: str | None = None,
+    insert: bool = False,
+) -> Any:
+    """One MERGE of ``source`` (alias ``s``) into the table at ``path`` (alias ``t``) on ``key``:
+    matched rows deleted (``delete``: True, or a condition), else updated (``update``: column ->
+    expression, when ``update_if`` holds), unmatched source rows inserted (``insert``). Returns
+    the operation's metrics row (``num_deleted_rows``, ``num_updated_rows``, ...)."""
+    builder = DeltaTable.forPath(spark, path).alias("t").merge(source.alias("s"), key_condition(key))
+    if delete:
+        builder = builder.whenMatchedDelete(condition=None if delete is True else delete)
+    if update:
+        builder = builder.whenMatchedUpdate(condition=update_if, set=update)
+    if insert:
+        builder = builder.whenNotMatchedInsertAll()
+    return builder.execute().collect()[0]
+
+
 def replace_where(frame: DataFrame, path: str, where: str | None = None) -> None:
     """Overwrite the rows matching ``where`` by ``frame``'s in one commit (``replaceWhere``;
     ``None`` or ``"true"``: the whole table). Delta refuses rows of ``frame`` outside ``where``."""
@@ -183,10 +283,10 @@ def replace_if_changed(
     """Make the rows of the table at ``path`` matching ``where`` equal ``fresh`` (which all match it).
 
     Writes (one ``replaceWhere`` overwrite) only when something differs, so an unchanged
-    recomputation adds no table version; ``where == "true"`` (a new table) or ``changed=True``
-    (the caller knows) write without comparing. ``key`` identifies a row, ``columns`` are those
-    compared. Returns (rows changed, keys added or removed)."""
-    if where == "true" or changed:
+    recomputation adds no table version; ``changed=True`` (the caller knows: a new table, a
+    rebuild) writes without comparing. ``key`` identifies a row, ``columns`` are those compared.
+    Returns (rows changed, keys added or removed)."""
+    if changed:
         replace_where(fresh, path, where)
         return True, True
     key = list(key)
@@ -206,6 +306,20 @@ def replace_if_changed(
         return row["changed"] > 0, row["keys"] > 0
     finally:
         fresh.unpersist()
+
+
+def in_parallel(writes: Iterable[Callable[[], None]], threads: int = 4) -> None:
+    """Run independent writes (to different tables) at once: a Delta commit spends much of its
+    time waiting on the driver (listing, the log, the checksum), which other writes can use.
+    Threads inherit the caller's Spark job group and properties; the first error is raised."""
+    jobs = [inheritable_thread_target(w) for w in writes]
+    if len(jobs) <= 1:
+        for job in jobs:
+            job()
+        return
+    with ThreadPoolExecutor(max_workers=min(threads, len(jobs))) as pool:
+        for future in [pool.submit(job) for job in jobs]:
+            future.result()
 
 
 @contextmanager

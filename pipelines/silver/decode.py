@@ -31,6 +31,7 @@ from pipelines.codec import primitives as P
 from pipelines.codec.errors import DecodeError
 from pipelines.codec.records import CONTROL_TYPES, TYPE_NAMES, decode_control, decode_record
 from pipelines.codec.schema import UNKNOWN_TAGS, schemas_dir
+from pipelines.runtime.ddl import arrow_type
 from pipelines.silver.contract import MEMBER_TABLE, RECORD_TABLES
 
 # (silver column, bronze column): the envelope every record table starts with
@@ -108,60 +109,6 @@ STREAMS_COLUMNS = {
 RENAMES = {16: {"timestamp": "resolved_at"}}
 
 DECODER_FORMAT = "silver1"  # bump when the mapping of decoded fields to columns changes
-
-
-# -- schema: Spark DDL types from silver.yaml -> Arrow ---------------------------------------
-_SIMPLE = {
-    "string": pa.string(),
-    "int": pa.int32(),
-    "bigint": pa.int64(),
-    "smallint": pa.int16(),
-    "tinyint": pa.int8(),
-    "boolean": pa.bool_(),
-    "binary": pa.binary(),
-    "double": pa.float64(),
-    "timestamp": pa.timestamp("us", tz="UTC"),
-}
-
-
-def arrow_type(ddl: str) -> pa.DataType:
-    """Arrow type of a Spark DDL type string (``array<struct<topic:string,partitions:array<int>>>``)."""
-    text = ddl.replace(" ", "")
-    result, pos = _parse_type(text, 0)
-    if pos != len(text):
-        raise ValueError(f"cannot parse type {ddl!r} at {pos}")
-    return result
-
-
-def _parse_type(text: str, pos: int) -> tuple[pa.DataType, int]:
-    if text.startswith("array<", pos):
-        elem, pos = _parse_type(text, pos + 6)
-        return pa.list_(pa.field("element", elem)), _expect(text, pos, ">")
-    if text.startswith("struct<", pos):
-        pos += 7
-        fields = []
-        while True:
-            colon = text.index(":", pos)
-            name = text[pos:colon].strip("`")
-            ftype, pos = _parse_type(text, colon + 1)
-            fields.append(pa.field(name, ftype))
-            if text[pos] == ",":
-                pos += 1
-                continue
-            return pa.struct(fields), _expect(text, pos, ">")
-    end = pos
-    while end < len(text) and text[end].isalnum():
-        end += 1
-    name = text[pos:end]
-    if name not in _SIMPLE:
-        raise ValueError(f"unsupported type {name!r} in {text!r}")
-    return _SIMPLE[name], end
-
-
-def _expect(text: str, pos: int, char: str) -> int:
-    if pos >= len(text) or text[pos] != char:
-        raise ValueError(f"expected {char!r} at {pos} in {text!r}")
-    return pos + 1
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,10 @@ from typing import Any
 import pyarrow as pa
 
 from pipelines.codec.segments import discover, iter_segment
+from pipelines.runtime.ddl import arrow_type
 from pipelines.runtime.tables import load_specs
 from pipelines.silver.contract import BRONZE
-from pipelines.silver.decode import INPUT_COLUMNS, arrow_type
+from pipelines.silver.decode import INPUT_COLUMNS
 
 
 def bronze_arrow() -> pa.Schema:

@@ -24,7 +24,7 @@ from pipelines.silver.contract import BRONZE, KEY, QUALITY_REASON, TYPED_TABLES
 from pipelines.silver.decode import QUARANTINE_BRONZE
 from pipelines.silver.inventory import int16_sql, update_inventory
 from pipelines.silver.progress import last_progress
-from pipelines.silver.store import merge_on_key, read_table
+from pipelines.silver.store import read_table
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -108,7 +108,7 @@ def settle_quarantine(spark: SparkSession, tables: Tables) -> dict[str, int]:
             typed = read_table(spark, tables, table)
             if typed is None or not typed.join(held, list(KEY), "left_semi").limit(1).count():
                 continue
-            metrics = merge_on_key(spark, tables.path("silver", table), held, KEY, delete=True)
+            metrics = lake.merge(spark, tables.path("silver", table), held, KEY, delete=True)
             deleted[table] = int(metrics["num_deleted_rows"])
         if deleted:
             _inventory(spark, tables, held)

@@ -7,14 +7,14 @@ from typing import TYPE_CHECKING
 from pyspark import StorageLevel
 from pyspark.sql import functions as F
 
-from pipelines.runtime import faults
+from pipelines.runtime import faults, lake
 from pipelines.runtime.lake import key_condition
 from pipelines.silver.contract import DATA_TABLES, KEY, QUALITY_REASON, SilverResult
 from pipelines.silver.decode import QUARANTINE_BRONZE, build_plan
 from pipelines.silver.frames import decode_frame, decoded_counts, table_frame
 from pipelines.silver.inventory import update_inventory
 from pipelines.silver.progress import finish, last_progress
-from pipelines.silver.store import merge_on_key, read_table
+from pipelines.silver.store import read_table
 from pipelines.silver.topics import resolve_topic_names, topic_names, update_topic_ids, with_topic_names
 from pipelines.silver.write import merge_insert
 
@@ -71,7 +71,7 @@ def redecode_quarantine(spark: SparkSession, tables: Tables, run_id: str) -> Sil
         changes = source.alias("s").join(quarantine.alias("t"), on).where(f"s._released OR {differs}")
         changed = bool(changes.limit(1).count())
         if changed:
-            merge_on_key(
+            lake.merge(
                 spark,
                 tables.path("silver", "quarantine"),
                 source,

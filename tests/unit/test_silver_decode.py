@@ -20,6 +20,7 @@ import pytest
 from pipelines.codec import primitives as P
 from pipelines.codec.records import RECORDS
 from pipelines.generate import generate
+from pipelines.runtime.ddl import arrow_type
 from pipelines.runtime.tables import load_specs
 from pipelines.silver.contract import RECORD_TABLES
 from pipelines.silver.decode import (
@@ -29,7 +30,6 @@ from pipelines.silver.decode import (
     RENAMES,
     SHARE_COLUMNS,
     STREAMS_COLUMNS,
-    arrow_type,
     build_plan,
     decode_table,
     payload_columns,
