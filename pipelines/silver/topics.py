@@ -9,7 +9,7 @@ from pyspark.sql import functions as F
 from pipelines.runtime import lake
 from pipelines.runtime.lake import key_condition, sql_in_list
 from pipelines.silver.contract import KEY
-from pipelines.silver.store import merge_on_key, read_table, table_exists
+from pipelines.silver.store import read_table, table_exists
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -91,7 +91,7 @@ def update_topic_ids(spark: SparkSession, tables: Tables, wide: DataFrame, overw
         news = fresh.alias("s").join(existing.alias("t"), on, "left").where(f"t.topic_id IS NULL OR {earlier}")
         learnt = {r[0] for r in news.select("s.cluster").distinct().collect()}
         if learnt:
-            merge_on_key(
+            lake.merge(
                 spark, path, fresh, TOPIC_ID_KEY, update={"first_seen": "s.first_seen"}, update_if=earlier, insert=True
             )
         return learnt
@@ -144,6 +144,14 @@ def resolved_columns(table: str) -> dict[str, Any]:
     return out
 
 
+def fill_topic_names(frame: DataFrame, arrays: list[str], names: DataFrame) -> DataFrame:
+    """``frame`` with ``topic`` filled in the structs of its top-level ``arrays`` (each struct has
+    ``topic_id`` and ``topic``) from :func:`topic_names`, same columns and order."""
+    joined = frame.join(F.broadcast(names), "cluster", "left")
+    filled = {a: F.transform(F.col(a), _fill_topic) for a in arrays}
+    return joined.select(*[filled[c].alias(c) if c in filled else F.col(c) for c in frame.columns])
+
+
 def with_topic_names(frame: DataFrame, table: str, names: DataFrame) -> DataFrame:
     """``frame`` (rows of ``table``) with topic names filled in, same columns and order."""
     columns = resolved_columns(table)
@@ -177,7 +185,7 @@ def resolve_topic_names(spark: SparkSession, tables: Tables, clusters: set[str] 
             changes = computed.where(differs).select(*KEY, *new_cols).persist()
             n = changes.count()
             if n:
-                merge_on_key(spark, tables.path("silver", table), changes, KEY, update={c: f"s.{c}" for c in new_cols})
+                lake.merge(spark, tables.path("silver", table), changes, KEY, update={c: f"s.{c}" for c in new_cols})
                 updated += n
             changes.unpersist()
     finally:

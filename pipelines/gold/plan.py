@@ -1,0 +1,246 @@
+"""Which (cluster, offsets partition) a gold run replays, and how; and the progress it leaves.
+
+``gold.partition_progress`` holds per partition the last applied log offset and the events
+applied; the latest commit of that table carries the versions of the silver tables the run
+consumed (``{"silver_versions": {...}}``). A run reads the change data feed of each silver table
+that moved since, and plans:
+
+* **incremental** — every new row lies above the partition's applied offset: replay the new
+  events on the persisted state;
+* **full** — no progress yet, a new row at or below the applied offset (late data, a re-decoded
+  quarantine row), a row silver rewrote or removed (a quality move, a resolved topic name, a
+  silver full refresh), a previous run that died between its writes, or ``--full-refresh``:
+  replay the partition from its start.
+
+Without consumed versions (the first run, a lakehouse from before they were recorded) or when a
+feed cannot serve the range (switched on later, files vacuumed), the plan scans the events'
+positions instead and compares their count at or below the applied offset with the count
+recorded: slower, same answer.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from py4j.protocol import Py4JJavaError
+from pyspark.errors import AnalysisException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from pipelines.gold.events import SOURCE_TABLES, positions_frame
+from pipelines.runtime import lake
+from pipelines.runtime.lake import partitions_predicate
+from pipelines.runtime.tables import Tables
+from pipelines.silver.topics import TOPIC_ARRAYS
+
+__all__ = ["PART", "Plan", "make_plan", "progress_rows"]
+
+log = logging.getLogger("offsets_lakehouse")
+
+PART = ("cluster", "offsets_partition")
+Pair = tuple[str, int]
+# what reading a change data feed raises when it cannot serve the range
+FEED_ERRORS = (AnalysisException, Py4JJavaError)
+# silver updates rows of these tables only to fill in topic names it learnt; gold names topics
+# itself when it writes (build.py), so such updates change nothing gold replays
+NAMED_ONLY = frozenset(t for t, _, _ in TOPIC_ARRAYS)
+TOPIC_IDS = "topic_ids"
+PROGRESS_COLUMNS = ("cluster", "offsets_partition", "applied_offset", "events_applied", "run_id", "recomputed",
+                    "in_flight_run")  # fmt: skip
+
+
+@dataclass
+class Plan:
+    source: str  # change data feed, scan, full refresh, nothing new
+    versions: dict[str, int | None]  # silver versions this run consumes
+    consumed: dict[str, int | None] | None  # the versions the last run consumed
+    why: dict[Pair, str] = field(default_factory=dict)  # recomputed partitions, with why
+    incremental_from: dict[Pair, int] = field(default_factory=dict)  # incremental partitions -> applied offset
+    events_before: dict[Pair, int] = field(default_factory=dict)  # events applied before (incremental)
+    progress: dict[Pair, dict[str, Any]] = field(default_factory=dict)  # partition_progress rows
+
+    @property
+    def full(self) -> list[Pair]:
+        return sorted(self.why)
+
+    @property
+    def incremental(self) -> list[Pair]:
+        return sorted(self.incremental_from)
+
+    @property
+    def pairs(self) -> list[Pair]:
+        return sorted([*self.why, *self.incremental_from])
+
+    @property
+    def partitions(self) -> int:
+        return len(self.why) + len(self.incremental_from)
+
+    @property
+    def consumed_changed(self) -> bool:
+        return self.consumed != self.versions
+
+    @property
+    def names_changed(self) -> bool:
+        """silver.topic_ids moved since the last run: topic names gold wrote may be missing."""
+        return self.consumed is None or self.consumed.get(TOPIC_IDS) != self.versions.get(TOPIC_IDS)
+
+    def replay_predicate(self) -> str:
+        """The events the plan replays: every event of a recomputed partition, those after the
+        applied offset of an incremental one (partition columns first, so Delta prunes files)."""
+        terms = [f"({partitions_predicate(self.full)})"] if self.why else []
+        for pair, applied in sorted(self.incremental_from.items()):
+            terms.append(f"({partitions_predicate([pair])} AND record_offset > {int(applied)})")
+        return " OR ".join(terms) or "false"
+
+
+def _progress(spark: SparkSession, tables: Tables) -> dict[Pair, dict[str, Any]]:
+    df = lake.read(spark, tables.path("gold", "partition_progress"))
+    return {} if df is None else {(r["cluster"], r["offsets_partition"]): r.asDict() for r in df.collect()}
+
+
+def make_plan(spark: SparkSession, tables: Tables, full_refresh: bool) -> Plan:
+    versions = {t: lake.version(spark, tables.path("silver", t)) for t in (*SOURCE_TABLES, TOPIC_IDS)}
+    meta = lake.latest_metadata(spark, tables.path("gold", "partition_progress")) or {}
+    consumed = meta.get("silver_versions")
+    plan = Plan("nothing new", versions, consumed, progress=_progress(spark, tables))
+    if full_refresh:
+        plan.source = "full refresh"
+        return _from_scan(spark, tables, plan, "full refresh")
+    if consumed is None:
+        plan.source = "scan"
+        return _from_scan(spark, tables, plan)
+    in_flight = {pair for pair, r in plan.progress.items() if r["in_flight_run"]}
+    moved = [t for t in SOURCE_TABLES if versions[t] != consumed.get(t)]
+    if not moved and not in_flight:
+        return plan  # nothing to replay (topic names, if silver learnt any, are refreshed by the caller)
+    try:
+        feed = _feed(spark, tables, moved, versions, consumed)
+        rows = [] if feed is None else feed.collect()
+    except FEED_ERRORS as exc:
+        log.warning("gold: change data feed of silver unavailable (%s); planning from a scan", str(exc).split("\n")[0])
+        plan.source = "scan"
+        return _from_scan(spark, tables, plan)
+    plan.source = "change data feed"
+    for pair in in_flight:
+        plan.why[pair] = f"run {plan.progress[pair]['in_flight_run']} stopped between its writes"
+    for r in rows:
+        pair = (r["cluster"], r["offsets_partition"])
+        prog = plan.progress.get(pair)
+        if pair in plan.why:
+            continue
+        if prog is None or prog["applied_offset"] is None:
+            plan.why[pair] = "first run"
+        elif r["rewritten"]:
+            plan.why[pair] = "silver rewrote or removed rows"
+        elif r["min_offset"] <= prog["applied_offset"]:
+            plan.why[pair] = f"late data at or below applied offset {prog['applied_offset']}"
+        else:
+            plan.incremental_from[pair] = prog["applied_offset"]
+            plan.events_before[pair] = prog["events_applied"]
+    return plan
+
+
+def _feed(
+    spark: SparkSession,
+    tables: Tables,
+    moved: list[str],
+    versions: dict[str, int | None],
+    consumed: dict[str, int | None],
+) -> DataFrame | None:
+    """Per partition, over the silver tables that moved: the lowest new record offset, and
+    whether any row was rewritten or removed (anything but an insert)."""
+    frames = []
+    for table in moved:
+        path, now, before = tables.path("silver", table), versions[table], consumed.get(table)
+        if now is None:  # the table went away: everything it held is gone
+            raise AnalysisException(f"silver.{table} no longer exists")
+        if before is None:  # a table new since: all of it is new
+            df = lake.read(spark, path).select(*PART, "record_offset", F.lit("insert").alias("_change_type"))  # type: ignore[union-attr]
+        else:
+            df = lake.changes(spark, path, before + 1, now).select(*PART, "record_offset", "_change_type")
+            if table in NAMED_ONLY:
+                df = df.where("_change_type NOT IN ('update_preimage', 'update_postimage')")
+        frames.append(df)
+    if not frames:
+        return None
+    out = frames[0]
+    for f in frames[1:]:
+        out = out.unionByName(f)
+    return out.groupBy(*PART).agg(
+        F.min(F.when(F.col("_change_type") == "insert", F.col("record_offset"))).alias("min_offset"),
+        F.max((F.col("_change_type") != "insert").cast("int")).alias("rewritten"),
+    )
+
+
+def _from_scan(spark: SparkSession, tables: Tables, plan: Plan, force: str | None = None) -> Plan:
+    """Plan from the positions of all events: a partition is incremental when exactly the events
+    it applied lie at or below its applied offset and some lie above."""
+    positions = positions_frame(spark, tables)
+    if positions is None:
+        return plan
+    counts = positions.groupBy(*PART).agg(F.max("record_offset").alias("max_offset"), F.count("*").alias("events"))
+    applied = {pair: r["applied_offset"] for pair, r in plan.progress.items() if r["applied_offset"] is not None}
+    below: dict[Pair, int] = {}
+    if applied and not force:
+        marks = spark.createDataFrame(
+            [(c, p, o) for (c, p), o in applied.items()], "cluster string, offsets_partition int, applied bigint"
+        )
+        rows = positions.join(F.broadcast(marks), list(PART)).where("record_offset <= applied")
+        below = {(r[0], r[1]): r[2] for r in rows.groupBy(*PART).count().collect()}
+    for r in counts.collect():
+        pair = (r["cluster"], r["offsets_partition"])
+        prog = plan.progress.get(pair)
+        if force:
+            plan.why[pair] = force
+        elif prog is None or prog["applied_offset"] is None:
+            plan.why[pair] = "first run"
+        elif prog["in_flight_run"]:
+            plan.why[pair] = f"run {prog['in_flight_run']} stopped between its writes"
+        elif below.get(pair, 0) != prog["events_applied"]:
+            plan.why[pair] = f"late data at or below applied offset {prog['applied_offset']}"
+        elif r["max_offset"] > prog["applied_offset"]:
+            plan.incremental_from[pair] = prog["applied_offset"]
+            plan.events_before[pair] = prog["events_applied"]
+    return plan
+
+
+def progress_rows(
+    spark: SparkSession,
+    tables: Tables,
+    plan: Plan,
+    done: dict[Pair, dict[str, Any]],
+    run_id: str,
+    in_flight: bool = False,
+) -> None:
+    """Write the plan's partition_progress rows: marked in flight before the writes (the commit
+    still carries the versions consumed before), or with what the replay applied after them (and
+    the versions this run consumed)."""
+    path = tables.path("gold", "partition_progress")
+    schema = tables.spec("gold", "partition_progress").struct()
+    rows = []
+    for pair in plan.pairs:
+        old = plan.progress.get(pair)
+        if in_flight:
+            row = dict(old) if old else {"applied_offset": None, "events_applied": 0, "recomputed": True}
+            row |= {"run_id": row.get("run_id") or run_id, "in_flight_run": run_id}
+        else:
+            out = done.get(pair) or {}
+            before = plan.events_before.get(pair, 0) if pair in plan.incremental_from else 0
+            row = {
+                "applied_offset": out.get("applied_offset", plan.incremental_from.get(pair)),
+                "events_applied": before + (out.get("events") or 0),
+                "run_id": run_id,
+                "recomputed": pair in plan.why,
+                "in_flight_run": None,
+            }
+        rows.append(tuple({**row, "cluster": pair[0], "offsets_partition": pair[1]}[c] for c in PROGRESS_COLUMNS))
+    versions = plan.consumed if in_flight else plan.versions
+    metadata = {"silver_versions": versions} if versions is not None else None
+    frame = spark.createDataFrame(rows, schema)
+    with lake.commit_metadata(spark, metadata):
+        if rows:
+            lake.replace_where(frame, path, partitions_predicate(plan.pairs))
+        else:
+            lake.commit_empty(spark, path, schema, metadata)

@@ -1,0 +1,461 @@
+"""Gold's replay engine against the reference replay, which shares no code with it.
+
+Each partition's log is cut into runs at batch boundaries; after every run the engine's output is
+written back the way gold writes it (current tables replaced, history and generation rows replacing
+the open ones) and is the next run's input. Whatever the cuts, the end state must equal the
+reference replay of the whole log, history must give the reference state as of any position, and
+the group tables must not depend on the cuts.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pipelines.codec.segments import discover
+from pipelines.generate import generate
+from pipelines.gold import engine as ge
+from pipelines.reference.replay import DEFAULT_RETENTION_MS, Entry, Replay, iter_batches
+
+SCHEMA = ge.event_schema()
+MEMBER_FIELDS = {
+    5: ("instance_id", "rack_id", "client_id", "client_host", "subscribed_topic_names", "subscribed_topic_regex",
+        "server_assignor", "rebalance_timeout_ms"),
+    8: ("member_epoch", "previous_member_epoch", "state"),
+}  # fmt: skip
+
+
+def _classic_members(value: dict) -> list[dict]:
+    out = []
+    for i, m in enumerate(value.get("members") or []):
+        sub = m.get("subscription_info") or {}
+        asg = m.get("assignment_info") or {}
+        out.append(
+            {
+                "member_index": i,
+                "member_id": m["member_id"],
+                "group_instance_id": m["group_instance_id"],
+                "client_id": m["client_id"],
+                "client_host": m["client_host"],
+                "session_timeout_ms": m["session_timeout"],
+                "rebalance_timeout_ms": m["rebalance_timeout"],
+                "subscribed_topics": sub.get("topics"),
+                "assigned_partitions": [
+                    {"topic": tp["topic"], "partitions": tp["partitions"]} for tp in asg.get("assigned_partitions", [])
+                ],
+            }
+        )
+    return out
+
+
+def event(e: Entry, batch_id: int) -> dict | None:
+    """An Entry (decoded by the codec) as one row of gold's event frame, or None when gold does not
+    replay its record type: the test's own mapping, not build.py's."""
+    row = dict.fromkeys(SCHEMA.names)
+    row |= {"record_offset": e.offset, "batch_id": batch_id, "timestamp_ms": e.timestamp}
+    row |= {"producer_id": e.producer_id, "transactional": e.transactional, "record_type": e.record_type}
+    row |= {"value_version": e.value_version}
+    v = e.value or {}
+    if e.is_control:
+        return row | {"kind": ge.MARKER, "control_type_id": e.control_type}
+    t = e.record_type
+    if t in (0, 1):
+        row |= {"group_id": e.key["group"], "topic": e.key["topic"], "partition": e.key["partition"]}
+        if e.value is None:
+            return row | {"kind": ge.OFFSET_TOMBSTONE}
+        tid = v.get("topic_id")
+        return row | {
+            "kind": ge.COMMIT,
+            "committed_offset": v["offset"],
+            "leader_epoch": v.get("leader_epoch", -1),
+            "metadata": v["metadata"],
+            "commit_timestamp": v["commit_timestamp"],
+            "expire_timestamp": v.get("expire_timestamp", -1),
+            "topic_id": None if tid in (None, "AAAAAAAAAAAAAAAAAAAAAA") else tid,
+        }
+    if t == 2:
+        row["group_id"] = e.key["group"]
+        if e.value is None:
+            return row | {"kind": ge.GROUP_TOMBSTONE}
+        members = _classic_members(v)
+        return row | {
+            "kind": ge.GROUP,
+            "protocol_type": v["protocol_type"],
+            "generation": v["generation"],
+            "assignor": v["protocol"],
+            "leader": v["leader"],
+            "current_state_timestamp": v.get("current_state_timestamp", -1),
+            "member_count": len(members),
+            "members": members,
+        }
+    if t in (3, 6, 11, 17):
+        row["group_id"] = e.key["group_id"]
+        if e.value is None:
+            return row | {"kind": ge.NEW_GROUP_TOMBSTONE}
+        return row | {"kind": ge.NEW_GROUP, "generation": v["assignment_epoch"] if t == 6 else v["epoch"]}
+    if t in (5, 7, 8):
+        row |= {"group_id": e.key["group_id"], "member_id": e.key["member_id"]}
+        if e.value is None:
+            return row | {"kind": ge.MEMBER_TOMBSTONE}
+        row |= {f: v.get(f) for f in MEMBER_FIELDS.get(t, ())}
+        return row | {"kind": ge.MEMBER}
+    return None
+
+
+def events_table(rows: list[dict]) -> pa.Table:
+    return pa.Table.from_pylist(rows, schema=SCHEMA)
+
+
+@pytest.fixture(scope="module")
+def partitions(tmp_path_factory) -> dict[int, list[list[Entry]]]:
+    out = tmp_path_factory.mktemp("gold") / "logs"
+    generate(out, 30_000, seed=5, partitions=3, segment_bytes=64 * 1024)
+    by_part: dict[int, list[list[Entry]]] = {}
+    for batch in iter_batches(discover([out])):
+        if batch:
+            by_part.setdefault(batch[0].partition, []).append(batch)
+    return by_part
+
+
+class Lake:
+    """One partition's gold tables, written as build.py writes them."""
+
+    def __init__(self) -> None:
+        self.tables: dict[str, pa.Table | None] = dict.fromkeys(
+            ["current_offsets", "pending_transactions", "current_groups", "offset_history", "group_generations",
+             "consumer_group_members"]
+        )  # fmt: skip
+        self.applied: int | None = None
+        self.runs = 0
+
+    def open_rows(self, table: str, column: str) -> pa.Table | None:
+        t = self.tables[table]
+        return None if t is None else t.filter(pc.is_null(t.column(column)))
+
+    def run(self, part: int, rows: list[dict], soft_delete_ms: int | None = None) -> ge.PartitionOutput:
+        inp = ge.PartitionInput(
+            "c",
+            part,
+            events_table(rows),
+            offsets=self.tables["current_offsets"],
+            pending=self.tables["pending_transactions"],
+            groups=self.tables["current_groups"],
+            history=self.open_rows("offset_history", "valid_to_offset"),
+            generations=self.open_rows("group_generations", "ended_offset"),
+            members=self.tables["consumer_group_members"],
+            applied_offset=self.applied,
+        )
+        out = ge.PartitionReplay(inp, f"run{self.runs}", DEFAULT_RETENTION_MS, soft_delete_ms).run()
+        self.runs += 1
+        for name in ("current_offsets", "pending_transactions", "current_groups", "consumer_group_members"):
+            self.tables[name] = out.tables[name]
+        for name, column in (("offset_history", "valid_to_offset"), ("group_generations", "ended_offset")):
+            old = self.tables[name]
+            if old is not None:  # replaceWhere: open rows and rows closed after the applied offset go
+                closed = pc.fill_null(pc.less_equal(old.column(column), self.applied), False)
+                old = old.filter(closed).select(out.tables[name].column_names).cast(out.tables[name].schema)
+            self.tables[name] = out.tables[name] if old is None else pa.concat_tables([old, out.tables[name]])
+        self.applied = out.applied_offset
+        return out
+
+    def rows(self, name: str) -> list[dict]:
+        t = self.tables[name]
+        return [] if t is None else t.to_pylist()
+
+
+def gold_events(batches: list[list[Entry]]) -> list[dict]:
+    return [ev for b in batches for e in b if (ev := event(e, b[0].offset)) is not None]
+
+
+def run_in_chunks(part: int, batches: list[list[Entry]], cuts: Iterable[int]) -> Lake:
+    events = gold_events(batches)
+    lake = Lake()
+    for lo, hi in itertools.pairwise([0, *sorted(set(cuts)), len(events)]):
+        lake.run(part, events[lo:hi])
+    return lake
+
+
+def reference(batches: list[list[Entry]]) -> dict:
+    r = Replay(DEFAULT_RETENTION_MS)
+    for b in batches:
+        r.apply_batch(b)
+    snap = r.snapshot()
+    return {
+        "live": {
+            (o["group"], o["topic"], o["partition"]): (o["offset"], o["metadata"], o["record_offset"])
+            for o in snap["offsets"]
+        },
+        "deleted": {
+            (d["group"], d["topic"], d["partition"]): (d["record_offset"], d["cause"]) for d in snap["deleted_offsets"]
+        },
+        "pending": sorted(
+            (p["producer_id"], p["group"], p["topic"], p["partition"], p["offset"])
+            for p in snap["pending_transactions"]
+        ),
+        "classic": {g["group"]: (g["generation"], len(g["members"])) for g in snap["classic_groups"]},
+        "groups": {(g["type"], g["group"]): g["exists_because"] for g in snap["groups"]},
+        "simple_groups_gone": {g["group"]: g["cause"] for g in snap["deleted_simple_groups"]},
+        "consumer_members": {(g["group"], m["member_id"]) for g in snap["consumer_groups"] for m in g["members"]},
+    }
+
+
+def state_of(lake: Lake) -> dict:
+    offsets = lake.rows("current_offsets")
+    groups = lake.rows("current_groups")
+    return {
+        "live": {
+            (r["group_id"], r["topic"], r["partition"]): (r["committed_offset"], r["metadata"], r["record_offset"])
+            for r in offsets
+            if not r["deleted"]
+        },
+        "deleted": {
+            (r["group_id"], r["topic"], r["partition"]): (r["deleted_offset"], r["delete_cause"])
+            for r in offsets
+            if r["deleted"]
+        },
+        "pending": sorted(
+            (p["producer_id"], p["group_id"], p["topic"], p["partition"], p["committed_offset"])
+            for p in lake.rows("pending_transactions")
+        ),
+        "classic": {
+            r["group_id"]: (r["generation"], r["member_count"])
+            for r in groups
+            if r["protocol"] == "classic" and r["exists_because"] == "metadata" and not r["deleted"]
+        },
+        "groups": {(r["protocol"], r["group_id"]): r["exists_because"] for r in groups if not r["deleted"]},
+        "simple_groups_gone": {
+            r["group_id"]: r["delete_cause"]
+            for r in groups
+            if r["protocol"] == "classic"
+            and r["deleted"]
+            and r["exists_because"] == "offsets"
+            and r["delete_cause"] != "converted"
+        },
+        # a member the reference lists has member metadata or a current assignment (types 5 and 8)
+        "consumer_members": {
+            (r["group_id"], r["member_id"])
+            for r in lake.rows("consumer_group_members")
+            if r["record_offset_5"] is not None or r["record_offset_8"] is not None
+            if (r["group_id"], "consumer") in {(g["group_id"], g["protocol"]) for g in groups if not g["deleted"]}
+        },
+    }
+
+
+def batch_cuts(batches: list[list[Entry]], picks: list[int]) -> list[int]:
+    """Event indexes at batch boundaries (a run never splits a batch: bronze reads a batch whole)."""
+    ends, n = [], 0
+    for b in batches:
+        n += sum(1 for e in b if event(e, 0) is not None)
+        ends.append(n)
+    return [ends[p % len(ends)] for p in picks]
+
+
+def test_one_run_equals_reference(partitions):
+    seen: dict[str, int] = {}
+    for part, batches in partitions.items():
+        want = reference(batches)
+        assert state_of(run_in_chunks(part, batches, [])) == want, part
+        for name, value in want.items():
+            seen[name] = seen.get(name, 0) + len(value)
+    assert all(seen.values()), seen  # every part of the state was compared on something
+
+
+@settings(max_examples=10, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(picks=st.lists(st.integers(min_value=0, max_value=10**6), min_size=1, max_size=6))
+def test_any_split_into_runs_equals_reference(partitions, picks):
+    for part, batches in partitions.items():
+        assert state_of(run_in_chunks(part, batches, batch_cuts(batches, picks))) == reference(batches), part
+
+
+def _group_tables(lake: Lake) -> dict:
+    def strip(rows: list[dict], key: tuple[str, ...]) -> dict:
+        return {tuple(r[k] for k in key): {k: v for k, v in r.items() if k != "updated_run_id"} for r in rows}
+
+    return {
+        "generations": strip(lake.rows("group_generations"), ("group_id", "started_offset")),
+        "members": strip(lake.rows("consumer_group_members"), ("group_id", "member_id")),
+        "groups": strip(lake.rows("current_groups"), ("protocol", "group_id")),
+        "offsets": strip(lake.rows("current_offsets"), ("group_id", "topic", "partition")),
+    }
+
+
+@settings(max_examples=6, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(picks=st.lists(st.integers(min_value=0, max_value=10**6), min_size=1, max_size=8))
+def test_every_table_is_the_same_however_the_log_is_split(partitions, picks):
+    """Rows of every current table and of group_generations do not depend on how the log was cut
+    into runs (only updated_run_id does)."""
+    for part, batches in partitions.items():
+        whole = _group_tables(run_in_chunks(part, batches, []))
+        assert whole["generations"] and whole["groups"] and whole["offsets"]
+        assert _group_tables(run_in_chunks(part, batches, batch_cuts(batches, picks))) == whole, part
+
+
+def test_generations_follow_the_classic_records(partitions):
+    """Each classic group's generations: consecutive records of one generation make one row, a
+    record of another generation or a tombstone ends it; the open row is the current record's."""
+    for part, batches in partitions.items():
+        records: dict[str, list[tuple]] = {}
+        for b in batches:
+            for e in b:
+                if e.record_type == 2 and not e.is_control:
+                    gen = None if e.value is None else e.value["generation"]
+                    records.setdefault(e.key["group"], []).append((e.offset, gen))
+        lake = run_in_chunks(part, batches, batch_cuts(batches, [3, 50, 400]))
+        got: dict[str, list[tuple]] = {}
+        for r in sorted(lake.rows("group_generations"), key=lambda r: r["started_offset"]):
+            got.setdefault(r["group_id"], []).append(
+                (r["generation"], r["started_offset"], r["ended_offset"], r["records"], r["end_reason"])
+            )
+        want: dict[str, list[tuple]] = {}
+        for g, recs in records.items():
+            spans: list[list] = []
+            for (off, gen), prev in zip(recs, [None, *recs[:-1]], strict=True):
+                if gen is None:  # tombstone: ends the open span
+                    if spans and spans[-1][2] is None:
+                        spans[-1][2], spans[-1][4] = off, "group_deleted"
+                    continue
+                if spans and spans[-1][2] is None and prev is not None and prev[1] == gen:
+                    spans[-1][3] += 1
+                    continue
+                if spans and spans[-1][2] is None:
+                    spans[-1][2], spans[-1][4] = off, "next_generation"
+                spans.append([gen, off, None, 1, None])
+            if spans:
+                want[g] = [tuple(s) for s in spans]
+        assert got == want, part
+        assert any(len(v) > 1 for v in want.values())
+
+
+def test_history_as_of_any_position_equals_reference_prefix(partitions):
+    """As of any batch end, offset_history (written over several runs) gives exactly the reference
+    replay's state of the log up to there, and each key has one open interval."""
+    part, batches = next(iter(partitions.items()))
+    lake = run_in_chunks(part, batches, batch_cuts(batches, [40, 41, 300, 1000]))
+    history = lake.rows("offset_history")
+    opens: dict[tuple, int] = {}
+    for h in history:
+        if h["valid_to_offset"] is None:
+            k = (h["group_id"], h["topic"], h["partition"])
+            opens[k] = opens.get(k, 0) + 1
+    assert opens and set(opens.values()) == {1}
+    r = Replay(DEFAULT_RETENTION_MS)
+    checked = 0
+    for i, b in enumerate(batches):
+        r.apply_batch(b)
+        if i % 25 and i != len(batches) - 1:
+            continue
+        snap = r.snapshot()
+        pos = b[-1].offset
+        live, deleted = {}, {}
+        for h in history:
+            if h["valid_from_offset"] <= pos and (h["valid_to_offset"] is None or pos < h["valid_to_offset"]):
+                k = (h["group_id"], h["topic"], h["partition"])
+                assert k not in live and k not in deleted, f"two intervals of {k} overlap at {pos}"
+                if h["deleted"]:
+                    deleted[k] = (h["deleted_offset"], h["delete_cause"])
+                else:
+                    live[k] = (h["committed_offset"], h["metadata"], h["record_offset"])
+        assert live == {
+            (o["group"], o["topic"], o["partition"]): (o["offset"], o["metadata"], o["record_offset"])
+            for o in snap["offsets"]
+        }, f"as of {pos}"
+        assert deleted == {
+            (d["group"], d["topic"], d["partition"]): (d["record_offset"], d["cause"]) for d in snap["deleted_offsets"]
+        }, f"as of {pos}"
+        checked += 1
+    assert checked > 5
+
+
+def test_unchanged_rows_keep_the_run_that_wrote_them(partitions):
+    part, batches = next(iter(partitions.items()))
+    events = gold_events(batches)
+    lake = Lake()
+    lake.run(part, events[:-1])
+    first = {(r["group_id"], r["topic"], r["partition"]): r for r in lake.rows("current_offsets")}
+    lake.run(part, events[-1:])
+    second = {(r["group_id"], r["topic"], r["partition"]): r for r in lake.rows("current_offsets")}
+    unchanged = [k for k in first if first[k] == second.get(k)]
+    assert len(unchanged) > len(first) // 2
+    assert {second[k]["updated_run_id"] for k in unchanged} == {"run0"}
+    assert {r["updated_run_id"] for r in second.values()} == {"run0", "run1"}
+
+
+def test_late_data_is_refused(partitions):
+    part, batches = next(iter(partitions.items()))
+    events = gold_events(batches)
+    lake = Lake()
+    lake.run(part, events[10:20])
+    with pytest.raises(ValueError, match="recomputed from its start"):
+        lake.run(part, events[:10])
+
+
+def test_soft_deletes_older_than_the_retention_are_purged(partitions):
+    part, batches = max(partitions.items(), key=lambda pb: len(reference(pb[1])["deleted"]))
+    events = gold_events(batches)
+    kept = Lake().run(part, events).tables["current_offsets"]
+    lake = Lake()
+    out = lake.run(part, events, soft_delete_ms=1)
+    deleted = [r for r in kept.to_pylist() if r["deleted"]]
+    now = max(e["timestamp_ms"] for e in events if e["timestamp_ms"] is not None)
+    old = [r for r in deleted if r["deleted_timestamp"] is not None and r["deleted_timestamp"] < now - 1]
+    assert old and out.purged == len(old)
+    assert out.tables["current_offsets"].num_rows == kept.num_rows - len(old)
+
+
+def _ev(offset: int, kind: str, **fields) -> dict:
+    row = dict.fromkeys(SCHEMA.names)
+    return row | {"record_offset": offset, "batch_id": offset, "timestamp_ms": 1000 + offset, "kind": kind, **fields}
+
+
+def test_offsets_only_group_rows() -> None:
+    """An assign() consumer's commit makes an offsets-only classic row; deleting its last offset
+    soft-deletes it with that cause; a group tombstone with no record before it still marks the
+    group deleted (the record was compacted away)."""
+    commit = {"group_id": "g", "topic": "t", "partition": 0, "record_type": 1, "committed_offset": 5}
+    commit |= {"leader_epoch": -1, "metadata": "", "commit_timestamp": 1000, "expire_timestamp": -1}
+    lake = Lake()
+    [row] = lake.run(0, [_ev(0, ge.COMMIT, **commit)]).tables["current_groups"].to_pylist()
+    assert (row["protocol"], row["protocol_type"], row["exists_because"], row["deleted"]) == (
+        "classic",
+        "",
+        "offsets",
+        False,
+    )
+    tomb = {"group_id": "g", "topic": "t", "partition": 0, "record_type": 1}
+    [row] = lake.run(0, [_ev(1, ge.OFFSET_TOMBSTONE, **tomb)]).tables["current_groups"].to_pylist()
+    assert (row["exists_because"], row["deleted"], row["delete_cause"], row["state_offset"]) == (
+        "offsets",
+        True,
+        "explicit_delete",
+        1,
+    )
+    [row] = (
+        Lake().run(0, [_ev(7, ge.GROUP_TOMBSTONE, group_id="h", record_type=2)]).tables["current_groups"].to_pylist()
+    )
+    assert (row["group_id"], row["protocol"], row["deleted"], row["delete_cause"]) == (
+        "h",
+        "classic",
+        True,
+        "group_deletion",
+    )
+
+
+def test_event_columns_match_the_gold_declarations() -> None:
+    """The event frame's value columns have the types of the gold columns they are written to."""
+    from pipelines.runtime.ddl import arrow_type
+    from pipelines.runtime.tables import load_specs
+
+    gold = load_specs()["gold"]
+    declared = {}
+    for table in ("current_offsets", "current_groups", "group_generations", "consumer_group_members"):
+        declared |= {c.name: arrow_type(c.type) for c in gold[table].columns}
+    compared = [f for f in SCHEMA if f.name in declared and f.name not in ("record_offset", "state")]
+    assert len(compared) > 25
+    for f in compared:
+        assert f.type == declared[f.name], f.name
