@@ -36,12 +36,11 @@ from pyspark import StorageLevel
 from pyspark.errors import AnalysisException
 
 from pipelines.runtime import faults, lake
-from pipelines.silver.contract import BRONZE, DATA_TABLES, SilverResult
+from pipelines.silver.contract import BRONZE, DATA_TABLES, KEY, SilverResult
 from pipelines.silver.decode import build_plan
 from pipelines.silver.frames import decode_frame, decoded_counts
-from pipelines.silver.inventory import update_inventory
+from pipelines.silver.inventory import add_to_inventory, update_inventory
 from pipelines.silver.progress import finish, progress_state, write_progress
-from pipelines.silver.store import read_at, read_inserts, set_table_property
 from pipelines.silver.topics import named_rows_in, resolve_topic_names, update_topic_ids
 from pipelines.silver.write import insert_tables, refresh_tables
 
@@ -61,7 +60,7 @@ def _ensure_bronze_cdf(spark: SparkSession, tables: Tables, result: SilverResult
     path = tables.path(*BRONZE)
     if str(lake.properties(spark, path).get(CDF, "false")).lower() == "true":
         return True
-    set_table_property(spark, path, CDF, "true")
+    lake.set_property(spark, path, CDF, "true")
     result.notes.append("enabled the change data feed on bronze.offsets_records (this run reads the snapshot)")
     return False
 
@@ -91,10 +90,11 @@ def run_silver(spark: SparkSession, tables: Tables, run_id: str, full_refresh: b
             finish(spark, tables, run_id, result, plan, latest)
         return result
 
-    wide, counts = None, None
+    wide, counts, inserts = None, None, None
     if not full and watermark is not None:
         try:
-            wide = decode_frame(read_inserts(spark, bronze_path, watermark + 1, latest), plan)
+            inserts = lake.changes(spark, bronze_path, watermark + 1, latest).where("_change_type = 'insert'")
+            wide = decode_frame(inserts, plan)
             wide = wide.persist(StorageLevel.MEMORY_AND_DISK)
             counts = decoded_counts(wide)
         except FEED_ERRORS as exc:  # feed switched on later, files vacuumed: read the snapshot
@@ -108,7 +108,7 @@ def run_silver(spark: SparkSession, tables: Tables, run_id: str, full_refresh: b
     if wide is None:
         if not full:
             result.mode = "snapshot"
-        source = read_at(spark, bronze_path, latest)
+        source = lake.read_at(spark, bronze_path, latest)
         wide = decode_frame(source, plan).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         counts = counts or decoded_counts(wide)
@@ -140,7 +140,12 @@ def run_silver(spark: SparkSession, tables: Tables, run_id: str, full_refresh: b
                 result.topic_names_resolved = resolve_topic_names(spark, tables)
             elif learnt and named_rows_in(spark, tables, learnt):
                 result.topic_names_resolved = resolve_topic_names(spark, tables, learnt)
-            update_inventory(spark, tables, latest, pairs, changed=True if sum(result.inserted.values()) else None)
+            if append and inserts is not None:  # rows silver never counted: add them to their partitions' census
+                quarantined = wide.where("quarantine IS NOT NULL").select(*KEY)
+                add_to_inventory(spark, tables, inserts, quarantined, pairs, latest)
+            else:
+                changed = True if sum(result.inserted.values()) else None
+                update_inventory(spark, tables, latest, pairs, changed=changed)
     finally:
         wide.unpersist()
     faults.point("silver.before_watermark")

@@ -9,31 +9,28 @@ from pyspark.sql import functions as F
 from pipelines.runtime import lake
 from pipelines.runtime.lake import partitions_predicate
 from pipelines.silver.contract import BRONZE, KEY
-from pipelines.silver.store import read_at, read_table, table_exists
+from pipelines.silver.store import read_table, table_exists
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
     from pipelines.runtime.tables import Tables
 
 
-# -- version inventory ---------------------------------------------------------------------------------
+INVENTORY_KEY = ("cluster", "offsets_partition", "record_kind", "record_type", "value_version", "status")
+
+
 def int16_sql(column: str) -> str:
     """SQL: the leading big-endian int16 of a binary column, null when it has fewer than 2 bytes."""
     u = f"cast(conv(hex(substring({column}, 1, 2)), 16, 10) as int)"
     return f"CASE WHEN length({column}) >= 2 THEN (CASE WHEN {u} >= 32768 THEN {u} - 65536 ELSE {u} END) END"
 
 
-def inventory_frame(spark: SparkSession, tables: Tables, bronze_version: int, pairs: list[tuple[str, int]] | None):
-    """Per (cluster, offsets partition, kind, type, version, status): counts and first/last seen.
-
-    Counted from the bronze rows silver has processed (up to ``bronze_version``) — type and
-    version are the leading int16 of key and value, as every decoder reads them — with the
-    status from silver.quarantine. A census of the log, independent of the typed tables.
-    """
-    bronze = read_at(spark, tables.path(*BRONZE), bronze_version)
-    if pairs is not None:
-        bronze = bronze.where(partitions_predicate(pairs, column="partition"))
+def census(bronze: DataFrame, quarantined: DataFrame | None) -> DataFrame:
+    """Per (cluster, offsets partition, kind, type, version, status) of bronze-shaped rows: counts
+    and first/last seen. Type and version are the leading int16 of key and value, as every
+    decoder reads them; ``quarantined`` holds the keys (cluster, offsets_partition, record_offset)
+    of the rows that are quarantined. A census of the log, independent of the typed tables."""
     records = bronze.select(
         "cluster",
         F.col("partition").alias("offsets_partition"),
@@ -45,30 +42,33 @@ def inventory_frame(spark: SparkSession, tables: Tables, bronze_version: int, pa
         F.expr(f"CASE WHEN NOT control THEN {int16_sql('key')} END").alias("record_type"),
         F.expr(f"CASE WHEN NOT control THEN {int16_sql('value')} END").alias("value_version"),
     )
-    quarantine = read_table(spark, tables, "quarantine")
-    if quarantine is None:
+    if quarantined is None:
         records = records.withColumn("status", F.lit("decoded"))
     else:
-        if pairs is not None:
-            quarantine = quarantine.where(partitions_predicate(pairs))
-        flagged = quarantine.select(*KEY, F.lit("quarantined").alias("_status"))
+        flagged = quarantined.select(*KEY, F.lit("quarantined").alias("_status"))
         records = records.join(flagged, list(KEY), "left").withColumn(
             "status", F.coalesce(F.col("_status"), F.lit("decoded"))
         )
-    return (
-        records.groupBy("cluster", "offsets_partition", "record_kind", "record_type", "value_version", "status")
-        .agg(
-            F.count(F.lit(1)).alias("records"),
-            F.min("record_offset").alias("first_offset"),
-            F.max("record_offset").alias("last_offset"),
-            F.min("timestamp").alias("first_timestamp"),
-            F.max("timestamp").alias("last_timestamp"),
-        )
-        .select(*[c.name for c in tables.spec("silver", "version_inventory").columns])
+    return records.groupBy(*INVENTORY_KEY).agg(
+        F.count(F.lit(1)).alias("records"),
+        F.min("record_offset").alias("first_offset"),
+        F.max("record_offset").alias("last_offset"),
+        F.min("timestamp").alias("first_timestamp"),
+        F.max("timestamp").alias("last_timestamp"),
     )
 
 
-INVENTORY_KEY = ("cluster", "offsets_partition", "record_kind", "record_type", "value_version", "status")
+def inventory_frame(spark: SparkSession, tables: Tables, bronze_version: int, pairs: list[tuple[str, int]] | None):
+    """The inventory of the bronze rows silver has processed (up to ``bronze_version``), with the
+    status from silver.quarantine."""
+    bronze = lake.read_at(spark, tables.path(*BRONZE), bronze_version)
+    if pairs is not None:
+        bronze = bronze.where(partitions_predicate(pairs, column="partition"))
+    quarantine = read_table(spark, tables, "quarantine")
+    if quarantine is not None and pairs is not None:
+        quarantine = quarantine.where(partitions_predicate(pairs))
+    columns = [c.name for c in tables.spec("silver", "version_inventory").columns]
+    return census(bronze, quarantine).select(*columns)
 
 
 def update_inventory(
@@ -87,6 +87,42 @@ def update_inventory(
         tables.ensure("silver", "version_inventory")
         where = "true"
     columns = [c.name for c in tables.spec("silver", "version_inventory").columns]
+    if where == "true":
+        changed = True  # a new table, or a rebuild of every partition: nothing to compare with
     lake.replace_if_changed(
         spark, tables.path("silver", "version_inventory"), fresh, where, INVENTORY_KEY, columns, changed
     )
+
+
+def add_to_inventory(
+    spark: SparkSession,
+    tables: Tables,
+    new_rows: DataFrame,
+    quarantined: DataFrame,
+    pairs: list[tuple[str, int]],
+    bronze_version: int,
+) -> None:
+    """Count rows silver has never counted (an appending run's bronze rows) into the inventory of
+    their partitions: the stored counts plus theirs, first and last seen widened. Work follows the
+    new rows and the inventory's size, not the log's."""
+    if not pairs:
+        return
+    if not table_exists(spark, tables, "version_inventory"):
+        update_inventory(spark, tables, bronze_version, pairs)
+        return
+    where = partitions_predicate(pairs)
+    columns = [c.name for c in tables.spec("silver", "version_inventory").columns]
+    stored = read_table(spark, tables, "version_inventory").where(where)  # type: ignore[union-attr]
+    combined = (
+        stored.unionByName(census(new_rows, quarantined).select(*columns))
+        .groupBy(*INVENTORY_KEY)
+        .agg(
+            F.sum("records").alias("records"),
+            F.min("first_offset").alias("first_offset"),
+            F.max("last_offset").alias("last_offset"),
+            F.min("first_timestamp").alias("first_timestamp"),
+            F.max("last_timestamp").alias("last_timestamp"),
+        )
+        .select(*columns)
+    )
+    lake.replace_where(combined, tables.path("silver", "version_inventory"), where)

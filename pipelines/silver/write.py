@@ -56,44 +56,50 @@ def insert_tables(
     resolve: bool,
     append: bool,
 ) -> None:
+    """Insert each table's rows of the decoded batch: the first table alone (a fault point follows
+    it), then the others at once — independent tables, independent commits."""
     names = topic_names(spark, tables).persist() if resolve else None
-    written = 0
+    todo = [t for t in DATA_TABLES if result.rows.get(t)]
+
+    def insert(table: str) -> None:
+        frame = table_frame(wide, tables, table)
+        if names is not None:
+            frame = with_topic_names(frame, table, names)
+        result.inserted[table] = merge_insert(spark, tables, table, frame, pairs, result.rows[table], append)
+
     try:
-        for table in DATA_TABLES:
-            if not result.rows.get(table):
-                continue
-            frame = table_frame(wide, tables, table)
-            if names is not None:
-                frame = with_topic_names(frame, table, names)
-            crash = os.environ.get("OFFSETS_FAULT") == "silver.after_write_before_commit"
-            if crash and written == 1 and table_exists(spark, tables, table):
+        for table in todo[:1]:
+            insert(table)
+            faults.point("silver.after_first_table")
+        if len(todo) > 1 and os.environ.get("OFFSETS_FAULT") == "silver.after_write_before_commit":
+            second = todo[1]
+            if table_exists(spark, tables, second):
                 # what a writer killed mid-MERGE leaves behind: data files that no commit references
+                frame = table_frame(wide, tables, second)
                 frame.write.mode("append").partitionBy("cluster", "offsets_partition").parquet(
-                    tables.path("silver", table)
+                    tables.path("silver", second)
                 )
                 faults.point("silver.after_write_before_commit")
-            result.inserted[table] = merge_insert(spark, tables, table, frame, pairs, result.rows[table], append)
-            written += 1
-            if written == 1:
-                faults.point("silver.after_first_table")
+        lake.in_parallel([lambda t=t: insert(t) for t in todo[1:]])
     finally:
         if names is not None:
             names.unpersist()
 
 
 def refresh_tables(spark: SparkSession, tables: Tables, wide: DataFrame, result: SilverResult) -> None:
+    """Overwrite every table (those with rows, and those that exist: they may have to become
+    empty) from the decoded snapshot: the first alone (a fault point follows it), then the rest."""
     names = topic_names(spark, tables).persist()
-    first = True
+    todo = [t for t in DATA_TABLES if result.rows.get(t) or table_exists(spark, tables, t)]
+
+    def refresh(table: str) -> None:
+        overwrite_table(tables, table, with_topic_names(table_frame(wide, tables, table), table, names))
+        result.inserted[table] = result.rows.get(table, 0)
+
     try:
-        for table in DATA_TABLES:
-            exists = table_exists(spark, tables, table)
-            if not result.rows.get(table) and not exists:
-                continue  # tables appear with their first row
-            frame = with_topic_names(table_frame(wide, tables, table), table, names)
-            overwrite_table(tables, table, frame)
-            result.inserted[table] = result.rows.get(table, 0)
-            if first:
-                faults.point("silver.refresh_after_first_table")
-                first = False
+        for table in todo[:1]:
+            refresh(table)
+            faults.point("silver.refresh_after_first_table")
+        lake.in_parallel([lambda t=t: refresh(t) for t in todo[1:]])
     finally:
         names.unpersist()
