@@ -539,6 +539,73 @@ class _Compiler:
         return self.env
 
 
+# -- columnar plans --------------------------------------------------------------------------
+# Types a columnar decoder reads for whole Arrow buffers at once (pipelines/codec/columnar.py).
+# Arrays and nested structs stay on the per-record decoders: their element counts vary per
+# record, so they do not map onto one gather per field.
+COLUMNAR_TYPES = frozenset({*_FIXED, "uuid", "string", "bytes"})
+# tagged fields the columnar decoders read: data of one fixed width, checked against the tag's size
+COLUMNAR_TAGGED_TYPES = frozenset({*_FIXED, "uuid"})
+
+
+@dataclass(frozen=True)
+class ColumnarField:
+    """One output column of a columnar layout, in declaration order."""
+
+    key: str  # snake_case name, as in the per-record dicts
+    type: str  # one of COLUMNAR_TYPES
+    present: bool  # False: the version lacks the field; the column holds `default`
+    nullable: bool
+    compact: bool  # flexible encoding of strings and bytes (uvarint length + 1)
+    tag: int | None  # read from the tagged-field section when not None
+    default: Any  # the value of an absent field or an omitted tag (default_value)
+
+
+@dataclass(frozen=True)
+class ColumnarLayout:
+    """A struct at one version as data for the columnar decoders: what to read, in which order."""
+
+    fields: tuple[ColumnarField, ...]
+    flexible: bool  # ends with a tagged-field section
+
+    @property
+    def wire(self) -> tuple[ColumnarField, ...]:
+        """The fields read in place, in wire order (tagged fields come from the section)."""
+        return tuple(f for f in self.fields if f.present and f.tag is None)
+
+    @property
+    def tagged(self) -> tuple[ColumnarField, ...]:
+        return tuple(f for f in self.fields if f.present and f.tag is not None)
+
+
+def columnar_layout(struct: Struct, version: int, flexible: bool) -> ColumnarLayout | None:
+    """The struct at ``version`` as a columnar layout, or None when a field needs the per-record path.
+
+    Every field of the declaration counts, also those the version lacks: the columns of one
+    record type keep one shape across its versions.
+    """
+    fields = []
+    for f in struct.fields:
+        present = version in f.versions
+        tagged = present and flexible and version in f.tagged
+        if f.is_array or f.struct is not None or f.type not in COLUMNAR_TYPES:
+            return None
+        if tagged and f.type not in COLUMNAR_TAGGED_TYPES:
+            return None
+        fields.append(
+            ColumnarField(
+                key=f.key,
+                type=f.type,
+                present=present,
+                nullable=version in f.nullable,
+                compact=flexible,
+                tag=f.tag if tagged else None,
+                default=default_value(f),
+            )
+        )
+    return ColumnarLayout(tuple(fields), flexible)
+
+
 Decoder = Callable[[bytes, int, int], tuple[dict, int]]
 Encoder = Callable[[bytearray, dict], None]
 
@@ -550,6 +617,10 @@ class CompiledRecord:
     key_encoder: Encoder
     # value version -> [(layout name, decoder, encoder)], current layout first
     value_layouts: dict[int, list[tuple[str | None, Decoder, Encoder]]]
+    # the same as data for the columnar decoders; None where a field needs the per-record path.
+    # Values: the current layout only (records that need a variant fall back to decode_record).
+    key_columnar: ColumnarLayout | None = None
+    value_columnar: dict[int, ColumnarLayout | None] = field(default_factory=dict)
 
 
 @dataclass
@@ -606,11 +677,14 @@ def compile_registry(root: Path | None = None) -> Registry:
     for decl, (kd, ke), layouts in pending_records:
         if decl.api_key in records:
             raise ValueError(f"type id {decl.api_key} declared twice ({decl.source})")
+        current = decl.layouts[0].struct
         records[decl.api_key] = CompiledRecord(
             decl,
             env[kd],
             env[ke],
             {v: [(name, env[d], env[e]) for name, d, e in lays] for v, lays in layouts.items()},
+            key_columnar=columnar_layout(decl.key, 0, False),
+            value_columnar={v: columnar_layout(current, v, v in decl.flexible_versions) for v in layouts},
         )
     embedded = {
         edecl.name: CompiledEmbedded(
