@@ -1,0 +1,271 @@
+"""The columnar decoder equals the per-record decoder, record for record, or flags the record.
+
+``decode_record`` is the reference: every record the columnar path decodes must carry the same
+type, version, key and value dict (defaults and None included); every record it does not decode
+must be flagged for the fallback, and only for a reason the reference confirms (the record does
+not decode, needs a layout variant or unknown tags, or its layout has no columnar form).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pipelines.codec import primitives as P
+from pipelines.codec.columnar import ColumnarResult, decode_columns, decode_fallback, uuid_strings
+from pipelines.codec.reader import Batch, iter_log
+from pipelines.codec.records import RECORDS, RecordDecoding, decode_record, encode_key, encode_value
+from pipelines.codec.schema import UNKNOWN_TAGS
+from pipelines.codec.segments import discover
+from pipelines.generate import generate
+from tests.conftest import real_segments_dir
+from tests.unit.strategies import struct_strategy
+
+BINARY = pa.binary()
+FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+# (type, value version) whose current layout has a columnar form: derived from the declarations
+COLUMNAR_VALUES = sorted(
+    (type_id, version)
+    for type_id, compiled in RECORDS.items()
+    for version, layout in compiled.value_columnar.items()
+    if layout is not None
+)
+
+
+def test_offset_commits_and_simple_layouts_are_columnar() -> None:
+    """What the brief of the columnar path promises, checked against what the compiler derived."""
+    assert {(0, 0), *((1, v) for v in range(5))} <= set(COLUMNAR_VALUES)
+    assert {(3, 0), (6, 0), (11, 0), (12, 0), (20, 0)} <= set(COLUMNAR_VALUES)
+    assert all(compiled.key_columnar is not None for compiled in RECORDS.values())
+    # members are an array of structs: group metadata values stay on the per-record path
+    assert not any(t == 2 for t, _ in COLUMNAR_VALUES)
+
+
+# -- the equality check ------------------------------------------------------------------------------------
+def _reference_allows_fallback(ref: RecordDecoding) -> bool:
+    """A record may only be left to the fallback when the reference shows why."""
+    if not ref.ok or ref.layout is not None:
+        return True
+    if ref.tombstone:
+        return False  # keys always have a columnar layout
+    if ref.value is not None and UNKNOWN_TAGS in ref.value:
+        return True
+    return RECORDS[ref.record_type].value_columnar.get(ref.value_version) is None
+
+
+def check_against_reference(
+    keys: list[bytes | None], values: list[bytes | None], arrow_type: pa.DataType = BINARY
+) -> ColumnarResult:
+    """decode_columns over the lists equals decode_record record for record; returns the result."""
+    result = decode_columns(pa.array(keys, arrow_type), pa.array(values, arrow_type))
+    assert isinstance(result, ColumnarResult)
+    seen = np.zeros(len(keys), int)
+    for group in result.groups:
+        seen[group.rows] += 1
+        decoded_keys = group.key.to_pylist()
+        decoded_values = [None] * len(group.rows) if group.value is None else group.value.to_pylist()
+        assert len(decoded_keys) == len(decoded_values) == len(group.rows)
+        for row, key, value in zip(group.rows.tolist(), decoded_keys, decoded_values, strict=True):
+            ref = decode_record(keys[row], values[row])
+            assert ref.ok and ref.layout is None, (row, ref)
+            assert (group.record_type, group.value_version, group.tombstone) == (
+                ref.record_type,
+                ref.value_version,
+                ref.tombstone,
+            )
+            assert key == ref.key, row
+            assert value == ref.value, row
+    assert ((seen == 1) != result.fallback).all(), "every record decoded once or flagged, never both"
+    assert len(result.fallback) == len(keys)
+    fallback = list(decode_fallback(result, pa.array(keys, arrow_type), pa.array(values, arrow_type)))
+    assert [row for row, _ in fallback] == result.fallback_rows.tolist()
+    for row, got in fallback:
+        ref = decode_record(keys[row], values[row])
+        assert (got.record_type, got.value_version, got.reason, got.key, got.value) == (
+            ref.record_type,
+            ref.value_version,
+            ref.reason,
+            ref.key,
+            ref.value,
+        )
+        assert _reference_allows_fallback(ref), (row, ref)
+    return result
+
+
+def _data_records(path: Path | bytes) -> tuple[list[bytes | None], list[bytes | None]]:
+    keys, values = [], []
+    for batch in iter_log(path):
+        if isinstance(batch, Batch) and not batch.is_control:
+            for record in batch.records or ():
+                keys.append(record.key)
+                values.append(record.value)
+    return keys, values
+
+
+# -- real and generated logs ----------------------------------------------------------------------------------
+def test_every_real_segment() -> None:
+    decoded = flagged = 0
+    for segment in discover([real_segments_dir()]):
+        keys, values = _data_records(segment.path)
+        result = check_against_reference(keys, values)
+        decoded += len(keys) - int(result.fallback.sum())
+        flagged += int(result.fallback.sum())
+    assert decoded > 30_000  # the bulk of the real records is offset commits, decoded columnar-wise
+    assert flagged < decoded / 10
+
+
+@pytest.fixture(scope="module")
+def generated_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("columnar") / "logs"
+    generate(out, 20_000, seed=11, segment_bytes=128 * 1024)
+    return out
+
+
+def test_generated_log_every_type_version_and_codec(generated_log: Path) -> None:
+    files = sorted(generated_log.rglob("*.log"))
+    codecs = set()
+    keys: list[bytes | None] = []
+    values: list[bytes | None] = []
+    for path in files:
+        codecs |= {b.codec_name for b in iter_log(path) if isinstance(b, Batch)}
+        k, v = _data_records(path)
+        keys += k
+        values += v
+    assert codecs == {"none", "gzip", "snappy", "lz4", "zstd"}
+    result = check_against_reference(keys, values)
+    columnar = {(g.record_type, g.value_version) for g in result.groups}
+    present = {(r.record_type, r.value_version) for r in map(decode_record, keys, values)}
+    # every columnar layout the generator wrote was decoded columnar-wise, tombstones too
+    assert present & set(COLUMNAR_VALUES) == columnar - {(t, None) for t in RECORDS}
+    assert {(1, None), (2, None)} <= columnar
+    # the generator writes type 1 from value version 1 on (v0 only under type 0, as 0.8.2 did)
+    assert {(1, v) for v in range(1, 5)} | {(0, 0)} <= columnar
+
+
+# -- hypothesis: valid records of every declared layout, and damaged ones ------------------------------------------
+def _record(type_id: int, version: int | None, layout: str | None = None):
+    compiled = RECORDS[type_id]
+    key = struct_strategy(compiled.decl.key, 0, False).map(lambda k: encode_key(type_id, k))
+    if version is None:
+        return st.tuples(key, st.none())
+    struct = next(lay.struct for lay in compiled.decl.layouts if lay.name == layout)
+    flexible = version in compiled.decl.flexible_versions
+    fields = struct_strategy(struct, version, flexible, unknown_tags=layout is None)
+    return st.tuples(key, fields.map(lambda v: encode_value(type_id, version, v, layout)))
+
+
+ALL_LAYOUTS = [
+    (type_id, version, name)
+    for type_id, compiled in sorted(RECORDS.items())
+    for version, layouts in sorted(compiled.value_layouts.items())
+    for name, _, _ in layouts
+]
+any_record = st.one_of(
+    *(_record(t, v, name) for t, v, name in ALL_LAYOUTS if v < 5),  # open-ended versions: the first few
+    *(_record(t, None) for t in RECORDS),
+)
+
+
+@st.composite
+def damaged(draw: st.DrawFn, raw: bytes | None) -> bytes | None:
+    """The bytes truncated, with a byte changed or with bytes appended; None stays None."""
+    if raw is None:
+        return draw(st.sampled_from([None, b"", b"\x00"]))
+    how = draw(st.sampled_from(["truncate", "change", "append"]))
+    if how == "truncate":
+        return raw[: draw(st.integers(0, max(len(raw) - 1, 0)))]
+    if how == "append":
+        return raw + draw(st.binary(min_size=1, max_size=4))
+    if not raw:
+        return raw
+    at = draw(st.integers(0, len(raw) - 1))
+    return raw[:at] + bytes([draw(st.integers(0, 255))]) + raw[at + 1 :]
+
+
+@pytest.mark.parametrize(("type_id", "version"), COLUMNAR_VALUES[:12], ids=lambda x: str(x))
+@FAST
+@given(data=st.data())
+def test_valid_records_of_a_columnar_layout(type_id: int, version: int, data: st.DataObject) -> None:
+    pairs = data.draw(st.lists(_record(type_id, version), min_size=1, max_size=12))
+    keys, values = [k for k, _ in pairs], [v for _, v in pairs]
+    result = check_against_reference(keys, values)
+    for row in result.fallback_rows.tolist():  # only unknown tags may send a valid record away
+        assert UNKNOWN_TAGS in decode_record(keys[row], values[row]).value
+
+
+@FAST
+@given(data=st.data())
+def test_mixed_and_damaged_records(data: st.DataObject) -> None:
+    pairs = data.draw(st.lists(any_record, min_size=1, max_size=25))
+    keys, values = [k for k, _ in pairs], [v for _, v in pairs]
+    for i in data.draw(st.lists(st.integers(0, len(pairs) - 1), max_size=6)):
+        if data.draw(st.booleans()):
+            keys[i] = data.draw(damaged(keys[i]))
+        else:
+            values[i] = data.draw(damaged(values[i]))
+    arrow_type = data.draw(st.sampled_from([pa.binary(), pa.large_binary()]))
+    check_against_reference(keys, values, arrow_type)
+
+
+def test_fallback_reasons_come_from_the_reference() -> None:
+    good_key = encode_key(1, {"group": "g", "topic": "t", "partition": 0})
+    value = {"offset": 5, "leader_epoch": 1, "metadata": "", "commit_timestamp": 7, "expire_timestamp": -1}
+    good = encode_value(1, 3, value)
+    bad_utf8 = [good[:14] + P.INT16.pack(len(s)) + s + good[16:] for s in (b"\xff", b"\xed\xa0\x80", b"\xc0\x80")]
+    cases = [
+        (None, good),  # null key
+        (good_key[:1], good),  # key shorter than its type id
+        (P.INT16.pack(99) + good_key[2:], good),  # unknown type
+        (good_key + b"\x00", good),  # trailing key bytes
+        (good_key, good[:1]),  # value shorter than its version
+        (good_key, P.INT16.pack(9) + good[2:]),  # unknown version
+        (good_key, good[:-1]),  # truncated
+        (good_key, good + b"\x00"),  # trailing bytes
+        (good_key, good[:14] + P.INT16.pack(-2) + good[16:]),  # negative length
+        *((good_key, v) for v in bad_utf8),
+        (good_key, good),  # and one that decodes
+    ]
+    keys, values = [k for k, _ in cases], [v for _, v in cases]
+    result = check_against_reference(keys, values)
+    assert result.fallback.tolist() == [True] * (len(cases) - 1) + [False]
+    reasons = {row: ref.reason for row, ref in decode_fallback(result, pa.array(keys), pa.array(values))}
+    assert all(reason is not None for reason in reasons.values())
+
+
+def test_tagged_topic_id_and_unknown_tags() -> None:
+    key = encode_key(1, {"group": "g", "topic": "t", "partition": 3})
+    base = {"offset": 1, "leader_epoch": 2, "metadata": "m", "commit_timestamp": 3, "expire_timestamp": -1}
+    with_id = {**base, "topic_id": P.uuid_to_str(bytes(range(16)))}
+    without = {**base, "topic_id": P.ZERO_UUID}
+    unknown = {**without, UNKNOWN_TAGS: [(5, b"xy")]}
+    values = [encode_value(1, 4, v) for v in (with_id, without, unknown)]
+    result = check_against_reference([key] * 3, values)
+    assert result.fallback.tolist() == [False, False, True]
+
+
+@pytest.mark.parametrize("arrow_type", [pa.binary(), pa.large_binary()])
+def test_empty_null_sliced_and_chunked_inputs(arrow_type: pa.DataType) -> None:
+    assert check_against_reference([], [], arrow_type).groups == []
+    assert check_against_reference([None, None], [None, b""], arrow_type).fallback.all()
+    key = encode_key(2, {"group": "g"})
+    keys = pa.array([b"junk", key, key, None], arrow_type)
+    values = pa.array([None, None, b"\x00", None], arrow_type)
+    sliced = decode_columns(keys[1:3], values[1:3])
+    assert sliced.fallback.tolist() == [False, True]
+    [group] = sliced.groups
+    assert (group.record_type, group.rows.tolist(), group.key.to_pylist()) == (2, [0], [{"group": "g"}])
+    chunked = decode_columns(pa.chunked_array([keys[:2], keys[2:]]), pa.chunked_array([values[:1], values[1:]]))
+    assert chunked.fallback.tolist() == [True, False, True, True]
+
+
+@FAST
+@given(raw=st.lists(st.binary(min_size=16, max_size=16), max_size=20))
+def test_uuid_strings_print_as_kafka_does(raw: list[bytes]) -> None:
+    items = np.frombuffer(b"".join(raw), "V16")
+    assert uuid_strings(items).to_pylist() == [P.uuid_to_str(r) for r in raw]
