@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 
 from pipelines.codec.records import RECORDS, RecordDecoding, decode_record
 from pipelines.codec.schema import ColumnarField, ColumnarLayout
+from pipelines.codec.vectors import ByteBuffer, spans_to_binary
 
 _ARROW_TYPES = {
     "int8": pa.int8(),
@@ -42,7 +43,6 @@ _BIG_ENDIAN = {"int8": ">i1", "int16": ">i2", "uint16": ">u2", "int32": ">i4", "
 _FIXED_DTYPES = {**_BIG_ENDIAN, "uuid": "V16"}  # numpy dtypes of the fixed-width types; V16: 16 raw bytes
 _BASE64URL = np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_", np.uint8)
 _UUID_CHARS = 22  # 16 bytes in unpadded base64
-_MIN_DATA = 16  # the widest fixed-width read (uuid)
 _TOMBSTONE = 0x10000  # group code of a null value: outside every 16-bit version
 
 
@@ -93,15 +93,14 @@ def decode_fallback(result: ColumnarResult, keys: pa.Array, values: pa.Array) ->
 # -- binary inputs ------------------------------------------------------------------------------------
 @dataclass
 class _Binaries:
-    """Many binary values as numpy views: one data buffer, each value's [start, end) in it."""
+    """Many binary values of one Arrow array: its data buffer, each value's [start, end) in it."""
 
-    data: np.ndarray  # uint8; at least _MIN_DATA bytes, so that clipped reads always have bytes to read
+    bytes: ByteBuffer
     arrow_data: pa.Buffer
     start: np.ndarray  # int64
     end: np.ndarray  # int64
     valid: np.ndarray  # bool
     offset_type: Any  # numpy dtype of the Arrow offsets (int32 or int64)
-    windows: dict[str, np.ndarray]  # dtype -> window (below), made once per array
 
     @classmethod
     def of(cls, arr: pa.Array) -> _Binaries:
@@ -113,37 +112,20 @@ class _Binaries:
             offsets = np.zeros(len(arr) + 1, np.int64)
         else:
             offsets = np.frombuffer(offsets_buffer, offset_type)[arr.offset : arr.offset + len(arr) + 1]
-        buffer = buffer or pa.py_buffer(b"")
-        data = np.frombuffer(buffer, np.uint8)
-        if data.size < _MIN_DATA:  # the windows below need a few bytes to exist
-            data = np.concatenate([data, np.zeros(_MIN_DATA - data.size, np.uint8)])
-        valid = np.ones(len(arr), bool) if arr.null_count == 0 else arr.is_valid().to_numpy(zero_copy_only=False)
         offsets = offsets.astype(np.int64)
-        return cls(data, buffer, offsets[:-1], offsets[1:], valid, offset_type, {})
-
-    def window(self, dtype: str) -> np.ndarray:
-        """The data as overlapping items of ``dtype``, one starting at every byte: ``window[p]``
-        is the value stored at byte p, so one gather reads a fixed-width field of every row."""
-        view = self.windows.get(dtype)
-        if view is None:
-            width = np.dtype(dtype).itemsize
-            shape = (self.data.size - width + 1,)
-            view = np.ndarray(shape, dtype, buffer=self.data, strides=(1,))
-            self.windows[dtype] = view
-        return view
-
-    def read(self, dtype: str, pos: np.ndarray) -> np.ndarray:
-        """The ``dtype`` value at every position (clipped into the buffer: garbage past its end)."""
-        window = self.window(dtype)
-        # fancy indexing, not np.take: take copies a non-contiguous (overlapping) array first
-        return window[np.clip(pos, 0, len(window) - 1)]
+        buffer = buffer or pa.py_buffer(b"")
+        valid = np.ones(len(arr), bool) if arr.null_count == 0 else arr.is_valid().to_numpy(zero_copy_only=False)
+        return cls(ByteBuffer(buffer), buffer, offsets[:-1], offsets[1:], valid, offset_type)
 
     def length(self) -> np.ndarray:
         return self.end - self.start
 
     def int16_at_start(self) -> np.ndarray:
         """The leading int16 (type id, value version) of every value; garbage where shorter than 2."""
-        return self.read(">i2", self.start).astype(np.int32)
+        return self.bytes.read(">i2", self.start).astype(np.int32)
+
+    def spans(self, start: np.ndarray, stop: np.ndarray, null: np.ndarray) -> pa.Array:
+        return spans_to_binary(self.arrow_data, self.offset_type, start, stop, null)
 
 
 def _combined(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -166,7 +148,7 @@ class _Cursor:
 
     def fixed(self, dtype: str) -> np.ndarray:
         """The ``dtype`` value (one of _FIXED_DTYPES) at every row's position."""
-        value = self.source.read(dtype, self.pos)
+        value = self.source.bytes.read(dtype, self.pos)
         self.pos = self.pos + np.dtype(dtype).itemsize
         self.ok &= self.pos <= self.end
         return value
@@ -176,23 +158,10 @@ class _Cursor:
 
     def uvarint(self, max_bytes: int = 5) -> np.ndarray:
         """Unsigned varints (compact lengths, tags), as ``primitives.read_uvarint``."""
-        first = self.source.read("u1", self.pos).astype(np.int64)
-        self.ok &= self.pos < self.end
-        value = first & 0x7F
-        size = np.ones(len(first), np.int64)
-        more = np.flatnonzero(first >= 0x80)  # rare: only lengths of 127 bytes and more
-        for k in range(1, max_bytes):
-            if not more.size:
-                break
-            at = self.pos[more] + k
-            self.ok[more[at >= self.end[more]]] = False
-            byte = self.source.read("u1", at).astype(np.int64)
-            value[more] |= (byte & 0x7F) << (7 * k)
-            size[more] += 1
-            more = more[byte >= 0x80]
-        self.ok[more] = False  # still continued after max_bytes: BAD_VARINT
+        value, size, ok = self.source.bytes.uvarint(self.pos, self.end, max_bytes)
+        self.ok &= ok
         self.pos = self.pos + size
-        return value
+        return value.astype(np.int64)
 
     def span(self, n: np.ndarray, null: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``[start, stop)`` of ``n`` bytes at the position (empty where ``null``); n < 0 elsewhere fails."""
@@ -242,7 +211,7 @@ class _SpanColumn(_Column):
         self.text = text
 
     def build(self, keep: np.ndarray) -> tuple[pa.Array, np.ndarray]:
-        spans = _take_spans(self.source, self.start[keep], self.stop[keep], self.null[keep])
+        spans = self.source.spans(self.start[keep], self.stop[keep], self.null[keep])
         if not self.text:
             return spans, _NO_ROWS
         try:
@@ -281,31 +250,6 @@ def _is_utf8(raw: bytes) -> bool:
     except UnicodeDecodeError:
         return False
     return True
-
-
-def _take_spans(source: _Binaries, start: np.ndarray, stop: np.ndarray, null: np.ndarray) -> pa.Array:
-    """A binary array of the given spans of ``source``'s data buffer, copied by Arrow's ``take``.
-
-    The spans of successive rows lie one after the other in the buffer, so the sequence
-    start0, stop0, start1, stop1, ... is a valid Arrow offsets buffer: its even elements are
-    the spans, its odd ones the bytes between them; taking the even ones copies the spans out.
-    """
-    count = len(start)
-    if not count:
-        return pa.array([], pa.binary())
-    offsets = np.empty(2 * count, source.offset_type)
-    offsets[0::2] = start
-    offsets[1::2] = stop
-    validity = None
-    if null.any():
-        valid = np.ones(2 * count - 1, bool)
-        valid[0::2] = ~null
-        validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
-    binary_type = pa.binary() if source.offset_type == np.int32 else pa.large_binary()
-    buffers = [validity, pa.py_buffer(offsets), source.arrow_data]
-    interleaved = pa.Array.from_buffers(binary_type, 2 * count - 1, buffers)
-    taken = interleaved.take(pa.array(np.arange(0, 2 * count, 2)))
-    return taken.cast(pa.binary()) if binary_type != pa.binary() else taken
 
 
 def uuid_strings(raw: np.ndarray) -> pa.Array:
@@ -357,7 +301,7 @@ def _read_tagged_section(cur: _Cursor, tagged: tuple[ColumnarField, ...]) -> dic
         for f in tagged:
             dtype = _FIXED_DTYPES[f.type]
             mine = (tag == f.tag) & (size == np.dtype(dtype).itemsize)  # another size: the reference reports it
-            data = cur.source.read(dtype, sub.pos)
+            data = cur.source.bytes.read(dtype, sub.pos)
             found[f.key][rows[mine]] = True
             raw[f.key][rows[mine]] = data[mine]
             known |= mine
