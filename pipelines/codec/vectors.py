@@ -80,6 +80,13 @@ def add_checked(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return total, ((a ^ total) & (b ^ total)) >= 0
 
 
+def subtract_checked(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """int64 a - b and where it did not overflow."""
+    with np.errstate(over="ignore"):
+        difference = a - b
+    return difference, ((a ^ b) & (a ^ difference)) >= 0
+
+
 def spans_to_binary(
     buffer: pa.Buffer, offset_type: Any, start: np.ndarray, stop: np.ndarray, null: np.ndarray
 ) -> pa.Array:
