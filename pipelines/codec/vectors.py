@@ -39,8 +39,9 @@ class ByteBuffer:
     def read(self, dtype: str, pos: np.ndarray) -> np.ndarray:
         """The ``dtype`` value at every position (clipped into the buffer: garbage past its end)."""
         window = self.window(dtype)
-        # fancy indexing, not np.take: take copies a non-contiguous (overlapping) array first
-        return window[np.clip(pos, 0, len(window) - 1)]
+        # fancy indexing, not np.take: take copies a non-contiguous (overlapping) array first;
+        # maximum/minimum, not np.clip: the same, without clip's Python-level wrapper
+        return window[np.minimum(np.maximum(pos, 0), len(window) - 1)]
 
     def uvarint(self, pos: np.ndarray, end: np.ndarray, max_bytes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Unsigned little-endian base-128 varints at ``pos``: (value as uint64, bytes used, ok).
@@ -48,12 +49,19 @@ class ByteBuffer:
         Not ok: a byte at or past ``end``, still continued after ``max_bytes`` bytes, or (at ten
         bytes) more than 64 bits.
         """
-        first = self.read("u1", pos).astype(np.uint64)
-        ok = pos < end
-        value = first & np.uint64(0x7F)
-        size = np.ones(len(pos), np.int64)
-        more = np.flatnonzero(first >= 0x80)  # the multi-byte minority, read byte by byte
-        for k in range(1, max_bytes):
+        # two bytes in one gather: varints of one and two bytes (record lengths up to 8191) are
+        # done without the byte-by-byte loop below
+        pair = self.read("<u2", pos).astype(np.uint64)
+        first, second = pair & np.uint64(0xFF), pair >> np.uint64(8)
+        last = np.flatnonzero(pos >= self.data.size - 1)  # no pair starts at the last byte
+        if last.size:
+            first[last], second[last] = self.read("u1", pos[last]), 0
+        long = first >= 0x80
+        value = np.where(long, (first & np.uint64(0x7F)) | ((second & np.uint64(0x7F)) << np.uint64(7)), first)
+        size = 1 + long
+        ok = pos + size <= end
+        more = np.flatnonzero(long & (second >= 0x80))  # the rare rest, read byte by byte
+        for k in range(2, max_bytes):
             if not more.size:
                 break
             at = pos[more] + k
