@@ -25,8 +25,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.codec.records import RECORDS, RecordDecoding, decode_record
-from pipelines.codec.schema import ColumnarField, ColumnarLayout
+from pipelines.codec.records import ASSIGNMENT, RECORDS, SUBSCRIPTION, RecordDecoding, decode_record
+from pipelines.codec.schema import ARRAY, ColumnarField, ColumnarLayout, columnar_layout
 from pipelines.codec.vectors import ByteBuffer, spans_to_binary
 
 _ARROW_TYPES = {
@@ -217,14 +217,17 @@ class _SpanColumn(_Column):
         try:
             return spans.cast(pa.string()), _NO_ROWS  # the cast validates UTF-8
         except pa.ArrowInvalid:
-            bad = np.array([i for i, raw in enumerate(spans.to_pylist()) if raw is not None and not _is_utf8(raw)])
+            values = spans.to_pylist()
+            bad = np.array([i for i, raw in enumerate(values) if raw is not None and not _is_utf8(raw)], np.int64)
+            if not bad.size:  # Arrow's and Python's UTF-8 checks disagree: let the reference decide
+                bad = np.arange(len(keep))
             return pa.nulls(len(keep), pa.string()), bad
 
 
 class _ConstantColumn(_Column):
-    def __init__(self, value: Any, type_name: str) -> None:
+    def __init__(self, value: Any, arrow_type: pa.DataType) -> None:
         self.value = value
-        self.arrow_type = _ARROW_TYPES[type_name]
+        self.arrow_type = arrow_type
 
     def build(self, keep: np.ndarray) -> tuple[pa.Array, np.ndarray]:
         scalar = pa.scalar(self.value, self.arrow_type)
@@ -242,6 +245,81 @@ class _TaggedColumn(_Column):
     def build(self, keep: np.ndarray) -> tuple[pa.Array, np.ndarray]:
         array, bad = self.read.build(keep)
         return pc.if_else(pa.array(self.found[keep]), array, self.default), bad
+
+
+class _StructColumn(_Column):
+    """The fields of a layout read over the same rows, built as one struct array."""
+
+    def __init__(self, layout: ColumnarLayout, columns: dict[str, _Column]) -> None:
+        self.layout = layout
+        self.columns = columns
+
+    def build(self, keep: np.ndarray) -> tuple[pa.Array, np.ndarray]:
+        arrays, rejected = [], []
+        for f in self.layout.fields:
+            array, bad = self.columns[f.key].build(keep)
+            arrays.append(array)
+            rejected.append(bad)
+        names = [f.key for f in self.layout.fields]
+        return pa.StructArray.from_arrays(arrays, names=names), np.unique(np.concatenate(rejected))
+
+
+def _list_array(count: np.ndarray, null: np.ndarray, child: pa.Array) -> pa.Array:
+    offsets = np.zeros(len(count) + 1, np.int32)
+    np.cumsum(np.where(null, 0, count), out=offsets[1:])
+    mask = pa.array(null) if null.any() else None
+    return pa.ListArray.from_arrays(pa.array(offsets), child, mask=mask)
+
+
+class _FixedListColumn(_Column):
+    """An array of fixed-width elements: all elements of all rows read by one gather."""
+
+    def __init__(self, count: np.ndarray, null: np.ndarray, element: _Column, item_row: np.ndarray) -> None:
+        self.count = count
+        self.null = null
+        self.element = element  # one item per element, rows one after the other
+        self.item_row = item_row
+
+    def build(self, keep: np.ndarray) -> tuple[pa.Array, np.ndarray]:
+        kept = np.zeros(len(self.count), bool)
+        kept[keep] = True
+        child, _ = self.element.build(np.flatnonzero(kept[self.item_row]))
+        return _list_array(self.count[keep], self.null[keep], child), _NO_ROWS
+
+
+class _ListColumn(_Column):
+    """An array of strings, bytes or structs, read element k of every row at once (k = 0, 1, ...)."""
+
+    def __init__(
+        self,
+        count: np.ndarray,
+        null: np.ndarray,
+        element_type: pa.DataType,
+        rounds: list[tuple[np.ndarray, _Column]],
+    ) -> None:
+        self.count = count
+        self.null = null
+        self.element_type = element_type
+        self.rounds = rounds  # per k: the rows having an element k, and those elements
+
+    def build(self, keep: np.ndarray) -> tuple[pa.Array, np.ndarray]:
+        rank = np.full(len(self.count), -1, np.int64)
+        rank[keep] = np.arange(len(keep))
+        arrays, owners, rounds, rejected = [], [], [], []
+        for k, (rows, element) in enumerate(self.rounds):
+            chosen = np.flatnonzero(rank[rows] >= 0)
+            if not chosen.size:
+                continue
+            array, bad = element.build(chosen)
+            arrays.append(array)
+            owners.append(rank[rows[chosen]])
+            rounds.append(np.full(chosen.size, k))
+            rejected.append(rank[rows[chosen[bad]]])  # an element's bad UTF-8 rejects its row
+        if not arrays:
+            return _list_array(self.count[keep], self.null[keep], pa.array([], self.element_type)), _NO_ROWS
+        order = np.lexsort((np.concatenate(rounds), np.concatenate(owners)))  # by row, then element
+        child = pa.concat_arrays(arrays).take(pa.array(order))
+        return _list_array(self.count[keep], self.null[keep], child), np.unique(np.concatenate(rejected))
 
 
 def _is_utf8(raw: bytes) -> bool:
@@ -266,16 +344,84 @@ def uuid_strings(raw: np.ndarray) -> pa.Array:
 
 
 # -- one layout over many values ----------------------------------------------------------------------------
-def _read_wire_field(cur: _Cursor, source: _Binaries, f: ColumnarField) -> _Column:
-    if f.type == "uuid":
-        return _UuidColumn(cur.fixed(_FIXED_DTYPES["uuid"]))
-    if f.type in _BIG_ENDIAN:
-        return _IntColumn(cur.integer(f.type), f.type)
+_MAX_ROUNDS = 256  # elements per array read element by element; a longer array is left to the reference
+
+
+def arrow_type(f: ColumnarField | ColumnarLayout) -> pa.DataType:
+    """The Arrow type of a column (a struct for a layout), as the per-record values look."""
+    if isinstance(f, ColumnarLayout):
+        return pa.struct([(g.key, arrow_type(g)) for g in f.fields])
+    if f.type == ARRAY:
+        assert f.element is not None
+        return pa.list_(arrow_type(f.element))
+    return _ARROW_TYPES[f.type]
+
+
+def _read_struct(cur: _Cursor, source: _Binaries, layout: ColumnarLayout) -> _StructColumn:
+    """One struct per row at the cursor: its wire fields, its tagged section, defaults for the rest."""
+    columns: dict[str, _Column] = {}
+    for f in layout.wire:
+        columns[f.key] = _read_field(cur, source, f)
+    if layout.flexible:
+        columns.update(_read_tagged_section(cur, layout.tagged))
+    for f in layout.fields:
+        if not f.present:
+            columns[f.key] = _ConstantColumn(f.default, arrow_type(f))
+    return _StructColumn(layout, columns)
+
+
+def _read_field(cur: _Cursor, source: _Binaries, f: ColumnarField) -> _Column:
+    if f.type == ARRAY:
+        return _read_array(cur, source, f)
+    if f.type in _FIXED_DTYPES:
+        value = cur.fixed(_FIXED_DTYPES[f.type])
+        return _UuidColumn(value) if f.type == "uuid" else _IntColumn(value.astype(np.int64), f.type)
     # compact: uvarint(N + 1), 0 = null; classic: int16 (string) or int32 (bytes) length, -1 = null
     n = cur.uvarint() - 1 if f.compact else cur.integer("int16" if f.type == "string" else "int32")
     null = n == -1 if f.nullable else np.zeros(len(n), bool)
     start, stop = cur.span(n, null)
     return _SpanColumn(source, start, stop, null, text=f.type == "string")
+
+
+def _read_array(cur: _Cursor, source: _Binaries, f: ColumnarField) -> _Column:
+    """An array: its count (checked as ``primitives.read_array_length`` checks it), then its elements."""
+    n = cur.uvarint() - 1 if f.compact else cur.integer("int32")
+    null = n == -1
+    cur.ok &= (null & f.nullable) | ((n >= 0) & (n <= cur.end - cur.pos))  # each element takes a byte at least
+    count = np.where(cur.ok & ~null, n, 0)
+    element = f.element
+    if isinstance(element, ColumnarField) and element.type in _FIXED_DTYPES:
+        return _read_fixed_elements(cur, count, null, element)
+    cur.ok &= count <= _MAX_ROUNDS
+    count = np.where(cur.ok, count, 0)
+    rounds: list[tuple[np.ndarray, _Column]] = []
+    for k in range(int(count.max()) if len(count) else 0):
+        rows = np.flatnonzero(count > k)
+        sub = _Cursor(source, cur.pos[rows], cur.end[rows])
+        if isinstance(element, ColumnarLayout):
+            rounds.append((rows, _read_struct(sub, source, element)))
+        else:
+            assert element is not None
+            rounds.append((rows, _read_field(sub, source, element)))
+        cur.pos[rows] = sub.pos
+        cur.ok[rows] &= sub.ok
+    assert element is not None
+    return _ListColumn(count, null, arrow_type(element), rounds)
+
+
+def _read_fixed_elements(cur: _Cursor, count: np.ndarray, null: np.ndarray, element: ColumnarField) -> _Column:
+    """Fixed-width elements sit at known distances: one gather reads all of them."""
+    dtype = _FIXED_DTYPES[element.type]
+    width = np.dtype(dtype).itemsize
+    cur.ok &= count * width <= cur.end - cur.pos
+    count = np.where(cur.ok, count, 0)
+    item_row = np.repeat(np.arange(len(count)), count)
+    first_item = np.cumsum(count) - count
+    item_pos = cur.pos[item_row] + width * (np.arange(len(item_row)) - first_item[item_row])
+    cur.pos = cur.pos + width * count
+    value = cur.source.bytes.read(dtype, item_pos)
+    items: _Column = _UuidColumn(value) if element.type == "uuid" else _IntColumn(value.astype(np.int64), element.type)
+    return _FixedListColumn(count, null, items, item_row)
 
 
 def _read_tagged_section(cur: _Cursor, tagged: tuple[ColumnarField, ...]) -> dict[str, _Column]:
@@ -320,32 +466,96 @@ def _read_tagged_section(cur: _Cursor, tagged: tuple[ColumnarField, ...]) -> dic
 
 
 def _decode_layout(
-    layout: ColumnarLayout, source: _Binaries, rows: np.ndarray, skip: int
+    layout: ColumnarLayout, source: _Binaries, rows: np.ndarray, skip: int, exact: bool = True
 ) -> tuple[np.ndarray, pa.StructArray]:
-    """Decode ``rows`` of ``source`` (from byte ``skip`` of each value): (rows that decoded, their structs)."""
+    """Decode ``rows`` of ``source`` (from byte ``skip`` of each value): (rows that decoded, their structs).
+
+    ``exact``: the layout must consume each value to its end (keys, values); embedded consumer
+    protocol structs ignore what follows, as Kafka reads a newer version.
+    """
     cur = _Cursor(source, source.start[rows] + skip, source.end[rows])
-    columns: dict[str, _Column] = {}
-    for f in layout.wire:
-        columns[f.key] = _read_wire_field(cur, source, f)
-    if layout.flexible:
-        columns.update(_read_tagged_section(cur, layout.tagged))
-    cur.ok &= cur.pos == cur.end  # trailing bytes: another layout, or damage
-    for f in layout.fields:
-        if not f.present:
-            columns[f.key] = _ConstantColumn(f.default, f.type)
+    struct = _read_struct(cur, source, layout)
+    if exact:
+        cur.ok &= cur.pos == cur.end  # trailing bytes: another layout, or damage
     ok = cur.ok
     while True:
         keep = np.flatnonzero(ok)
-        arrays, rejected = [], []
-        for f in layout.fields:
-            array, bad = columns[f.key].build(keep)
-            arrays.append(array)
-            rejected.append(keep[bad])
-        bad_rows = np.concatenate(rejected)
-        if not bad_rows.size:
-            names = [f.key for f in layout.fields]
-            return rows[keep], pa.StructArray.from_arrays(arrays, names=names)
-        ok[bad_rows] = False  # a second pass builds the columns without them
+        array, bad = struct.build(keep)
+        if not bad.size:
+            return rows[keep], array
+        ok[keep[bad]] = False  # a second pass builds the columns without them
+
+
+# -- consumer protocol structs inside classic group members (records._decode_members) ---------------------------
+_CLASSIC_GROUP = 2  # the record type whose members carry them
+_EMBEDDED = {
+    name: {
+        version: columnar_layout(decl.decl.struct, version, version in decl.decl.flexible_versions)
+        for version in decl.decoders
+    }
+    for name, decl in (("subscription", SUBSCRIPTION), ("assignment", ASSIGNMENT))
+}
+
+
+def _with_consumer_protocol(value: pa.StructArray) -> tuple[pa.StructArray, np.ndarray]:
+    """Add ``subscription_info`` and ``assignment_info`` to every member, as ``decode_record`` does:
+    decoded for groups of protocol type "consumer", None otherwise. Returns the values and which
+    rows are ok: where an embedded struct does not decode, the reference adds a warning instead,
+    so the row is left to it."""
+    members = value.field("members")
+    count = np.diff(members.offsets.to_numpy())
+    member_row = np.repeat(np.arange(len(value)), count)
+    consumer = pc.equal(value.field("protocol_type"), "consumer").to_numpy(zero_copy_only=False)[member_row]
+    flat = members.flatten()
+    ok = np.ones(len(value), bool)
+    arrays = [flat.field(i) for i in range(flat.type.num_fields)]
+    names = [flat.type.field(i).name for i in range(flat.type.num_fields)]
+    for part, decl in (("subscription", SUBSCRIPTION), ("assignment", ASSIGNMENT)):
+        # a zero-length assignment is "no assignment" (records.decode_assignment)
+        info, decoded = _decode_embedded(_EMBEDDED[part], decl.max_version, flat.field(part), consumer, part)
+        ok[member_row[~decoded]] = False
+        arrays.append(info)
+        names.append(f"{part}_info")
+    members = pa.ListArray.from_arrays(members.offsets, pa.StructArray.from_arrays(arrays, names=names))
+    fields = [members if f.name == "members" else value.field(f.name) for f in value.type]
+    return pa.StructArray.from_arrays(fields, names=[f.name for f in value.type]), ok
+
+
+def _decode_embedded(
+    layouts: dict[int, ColumnarLayout | None], newest: int, data: pa.Array, wanted: np.ndarray, part: str
+) -> tuple[pa.Array, np.ndarray]:
+    """The embedded struct in each wanted item (null elsewhere) and which items decoded.
+
+    As ``records._decode_embedded``: an int16 version (negative: an error), a newer version read
+    as the newest known, trailing bytes ignored, the version itself kept in the struct.
+    """
+    source = _Binaries.of(data)
+    length = source.length()
+    absent = ~wanted | ((length == 0) if part == "assignment" else np.zeros(len(length), bool))
+    version = source.int16_at_start()
+    decoded = absent | ((length >= 2) & (version >= 0))
+    readable = np.minimum(version, newest)
+    index = np.full(len(length), -1, np.int64)
+    arrays, total = [], 0
+    for v in np.unique(readable[~absent & decoded]).tolist():
+        rows = np.flatnonzero(~absent & decoded & (readable == v))
+        layout = layouts.get(v)
+        if layout is None:
+            decoded[rows] = False
+            continue
+        kept, struct = _decode_layout(layout, source, rows, skip=2, exact=False)
+        decoded[np.setdiff1d(rows, kept, assume_unique=True)] = False
+        fields = [pa.array(version[kept].astype(np.int16)), *(struct.field(i) for i in range(struct.type.num_fields))]
+        arrays.append(pa.StructArray.from_arrays(fields, names=["version", *(f.name for f in struct.type)]))
+        index[kept] = total + np.arange(len(kept))
+        total += len(kept)
+    struct_type = pa.struct([("version", pa.int16()), *arrow_type(next(iter(_present(layouts)))).fields])
+    combined = pa.concat_arrays(arrays) if arrays else pa.array([], struct_type)
+    return combined.take(pa.array(index, mask=index < 0)), decoded
+
+
+def _present(layouts: dict[int, ColumnarLayout | None]) -> Iterator[ColumnarLayout]:
+    return (layout for layout in layouts.values() if layout is not None)
 
 
 # -- keys ----------------------------------------------------------------------------------------------
@@ -407,6 +617,9 @@ def decode_columns(keys: pa.Array | pa.ChunkedArray, values: pa.Array | pa.Chunk
             fallback[rows] = True
             continue
         decoded, value = _decode_layout(layout, source, rows, skip=2)
+        if type_id == _CLASSIC_GROUP:
+            value, ok = _with_consumer_protocol(value)
+            decoded, value = decoded[ok], value.filter(pa.array(ok))
         fallback[np.setdiff1d(rows, decoded, assume_unique=True)] = True
         if decoded.size:
             groups.append(ColumnarGroup(type_id, version, decoded, key_table.take(decoded_keys.slot[decoded]), value))

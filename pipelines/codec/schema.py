@@ -540,12 +540,13 @@ class _Compiler:
 
 
 # -- columnar plans --------------------------------------------------------------------------
-# Types a columnar decoder reads for whole Arrow buffers at once (pipelines/codec/columnar.py).
-# Arrays and nested structs stay on the per-record decoders: their element counts vary per
-# record, so they do not map onto one gather per field.
+# Types a columnar decoder reads for whole Arrow buffers at once (pipelines/codec/columnar.py),
+# and arrays of them or of structs made of them. Nested structs outside arrays (nullable markers)
+# and tagged arrays or structs stay on the per-record decoders.
 COLUMNAR_TYPES = frozenset({*_FIXED, "uuid", "string", "bytes"})
 # tagged fields the columnar decoders read: data of one fixed width, checked against the tag's size
 COLUMNAR_TAGGED_TYPES = frozenset({*_FIXED, "uuid"})
+ARRAY = "array"  # ColumnarField.type of an array; its element is ColumnarField.element
 
 
 @dataclass(frozen=True)
@@ -553,12 +554,13 @@ class ColumnarField:
     """One output column of a columnar layout, in declaration order."""
 
     key: str  # snake_case name, as in the per-record dicts
-    type: str  # one of COLUMNAR_TYPES
+    type: str  # one of COLUMNAR_TYPES, or ARRAY
     present: bool  # False: the version lacks the field; the column holds `default`
     nullable: bool
-    compact: bool  # flexible encoding of strings and bytes (uvarint length + 1)
+    compact: bool  # flexible encoding of strings, bytes and array counts (uvarint length + 1)
     tag: int | None  # read from the tagged-field section when not None
     default: Any  # the value of an absent field or an omitted tag (default_value)
+    element: ColumnarField | ColumnarLayout | None = None  # of an ARRAY: a scalar or a struct
 
 
 @dataclass(frozen=True)
@@ -586,24 +588,37 @@ def columnar_layout(struct: Struct, version: int, flexible: bool) -> ColumnarLay
     """
     fields = []
     for f in struct.fields:
-        present = version in f.versions
-        tagged = present and flexible and version in f.tagged
-        if f.is_array or f.struct is not None or f.type not in COLUMNAR_TYPES:
+        column = _columnar_field(f, version, flexible)
+        if column is None:
             return None
-        if tagged and f.type not in COLUMNAR_TAGGED_TYPES:
-            return None
-        fields.append(
-            ColumnarField(
-                key=f.key,
-                type=f.type,
-                present=present,
-                nullable=version in f.nullable,
-                compact=flexible,
-                tag=f.tag if tagged else None,
-                default=default_value(f),
-            )
-        )
+        fields.append(column)
     return ColumnarLayout(tuple(fields), flexible)
+
+
+def _columnar_field(f: Field, version: int, flexible: bool) -> ColumnarField | None:
+    tagged = version in f.versions and flexible and version in f.tagged
+    element: ColumnarField | ColumnarLayout | None = None
+    if f.is_array:
+        if tagged:
+            return None
+        if f.struct is not None:
+            element = columnar_layout(f.struct, version, flexible)
+        elif f.elem in COLUMNAR_TYPES:
+            element = ColumnarField(f.key, f.elem, True, False, flexible, None, None)
+        if element is None:
+            return None
+    elif f.struct is not None or f.type not in COLUMNAR_TYPES or (tagged and f.type not in COLUMNAR_TAGGED_TYPES):
+        return None
+    return ColumnarField(
+        key=f.key,
+        type=ARRAY if f.is_array else f.type,
+        present=version in f.versions,
+        nullable=version in f.nullable,
+        compact=flexible,
+        tag=f.tag if tagged else None,
+        default=default_value(f),
+        element=element,
+    )
 
 
 Decoder = Callable[[bytes, int, int], tuple[dict, int]]
