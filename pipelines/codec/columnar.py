@@ -261,7 +261,11 @@ class _StructColumn(_Column):
             arrays.append(array)
             rejected.append(bad)
         names = [f.key for f in self.layout.fields]
-        return pa.StructArray.from_arrays(arrays, names=names), np.unique(np.concatenate(rejected))
+        return pa.StructArray.from_arrays(arrays, names=names), _distinct(np.concatenate(rejected))
+
+
+def _distinct(rows: np.ndarray) -> np.ndarray:
+    return np.unique(rows) if rows.size else _NO_ROWS  # rejections are rare: skip the sort
 
 
 def _list_array(count: np.ndarray, null: np.ndarray, child: pa.Array) -> pa.Array:
@@ -271,8 +275,8 @@ def _list_array(count: np.ndarray, null: np.ndarray, child: pa.Array) -> pa.Arra
     return pa.ListArray.from_arrays(pa.array(offsets), child, mask=mask)
 
 
-class _FixedListColumn(_Column):
-    """An array of fixed-width elements: all elements of all rows read by one gather."""
+class _FlatListColumn(_Column):
+    """An array of scalars whose elements are all in one column, element by element, row by row."""
 
     def __init__(self, count: np.ndarray, null: np.ndarray, element: _Column, item_row: np.ndarray) -> None:
         self.count = count
@@ -281,10 +285,11 @@ class _FixedListColumn(_Column):
         self.item_row = item_row
 
     def build(self, keep: np.ndarray) -> tuple[pa.Array, np.ndarray]:
-        kept = np.zeros(len(self.count), bool)
-        kept[keep] = True
-        child, _ = self.element.build(np.flatnonzero(kept[self.item_row]))
-        return _list_array(self.count[keep], self.null[keep], child), _NO_ROWS
+        rank = np.full(len(self.count), -1, np.int64)
+        rank[keep] = np.arange(len(keep))
+        items = np.flatnonzero(rank[self.item_row] >= 0)
+        child, bad = self.element.build(items)
+        return _list_array(self.count[keep], self.null[keep], child), _distinct(rank[self.item_row[items[bad]]])
 
 
 class _ListColumn(_Column):
@@ -319,7 +324,7 @@ class _ListColumn(_Column):
             return _list_array(self.count[keep], self.null[keep], pa.array([], self.element_type)), _NO_ROWS
         order = np.lexsort((np.concatenate(rounds), np.concatenate(owners)))  # by row, then element
         child = pa.concat_arrays(arrays).take(pa.array(order))
-        return _list_array(self.count[keep], self.null[keep], child), np.unique(np.concatenate(rejected))
+        return _list_array(self.count[keep], self.null[keep], child), _distinct(np.concatenate(rejected))
 
 
 def _is_utf8(raw: bytes) -> bool:
@@ -394,6 +399,8 @@ def _read_array(cur: _Cursor, source: _Binaries, f: ColumnarField) -> _Column:
         return _read_fixed_elements(cur, count, null, element)
     cur.ok &= count <= _MAX_ROUNDS
     count = np.where(cur.ok, count, 0)
+    if isinstance(element, ColumnarField):
+        return _read_span_elements(cur, source, count, null, element)
     rounds: list[tuple[np.ndarray, _Column]] = []
     for k in range(int(count.max()) if len(count) else 0):
         rows = np.flatnonzero(count > k)
@@ -409,6 +416,26 @@ def _read_array(cur: _Cursor, source: _Binaries, f: ColumnarField) -> _Column:
     return _ListColumn(count, null, arrow_type(element), rounds)
 
 
+def _read_span_elements(
+    cur: _Cursor, source: _Binaries, count: np.ndarray, null: np.ndarray, element: ColumnarField
+) -> _Column:
+    """Strings or bytes: element k of every row at once, their spans kept in one column."""
+    item_row = np.repeat(np.arange(len(count)), count)
+    first_item = np.cumsum(count) - count
+    start = np.zeros(len(item_row), np.int64)
+    stop = np.zeros(len(item_row), np.int64)
+    for k in range(int(count.max()) if len(count) else 0):
+        rows = np.flatnonzero(count > k)
+        sub = _Cursor(source, cur.pos[rows], cur.end[rows])
+        span = _read_field(sub, source, element)
+        assert isinstance(span, _SpanColumn)
+        start[first_item[rows] + k], stop[first_item[rows] + k] = span.start, span.stop
+        cur.pos[rows] = sub.pos
+        cur.ok[rows] &= sub.ok
+    items = _SpanColumn(source, start, stop, np.zeros(len(item_row), bool), text=element.type == "string")
+    return _FlatListColumn(count, null, items, item_row)
+
+
 def _read_fixed_elements(cur: _Cursor, count: np.ndarray, null: np.ndarray, element: ColumnarField) -> _Column:
     """Fixed-width elements sit at known distances: one gather reads all of them."""
     dtype = _FIXED_DTYPES[element.type]
@@ -421,7 +448,7 @@ def _read_fixed_elements(cur: _Cursor, count: np.ndarray, null: np.ndarray, elem
     cur.pos = cur.pos + width * count
     value = cur.source.bytes.read(dtype, item_pos)
     items: _Column = _UuidColumn(value) if element.type == "uuid" else _IntColumn(value.astype(np.int64), element.type)
-    return _FixedListColumn(count, null, items, item_row)
+    return _FlatListColumn(count, null, items, item_row)
 
 
 def _read_tagged_section(cur: _Cursor, tagged: tuple[ColumnarField, ...]) -> dict[str, _Column]:
@@ -497,11 +524,31 @@ _EMBEDDED = {
 }
 
 
-def _with_consumer_protocol(value: pa.StructArray) -> tuple[pa.StructArray, np.ndarray]:
+_Decoded = tuple[int, int, np.ndarray, pa.StructArray]  # type id, value version, rows, values
+
+
+def _with_consumer_protocol(groups: list[_Decoded], fallback: np.ndarray) -> list[_Decoded]:
+    """The classic group values of all versions at once get their members' consumer protocol structs
+    (records._decode_members); rows the reference would add a warning to go to ``fallback``."""
+    classic = [g for g in groups if g[0] == _CLASSIC_GROUP]
+    if not classic:
+        return groups
+    # every version's columns have the same types (fields a version lacks hold defaults)
+    values, ok = _add_consumer_protocol(pa.concat_arrays([value for _, _, _, value in classic]))
+    out = [g for g in groups if g[0] != _CLASSIC_GROUP]
+    start = 0
+    for type_id, version, rows, value in classic:
+        part = ok[start : start + len(value)]
+        fallback[rows[~part]] = True
+        out.append((type_id, version, rows[part], values.slice(start, len(value)).filter(pa.array(part))))
+        start += len(value)
+    return out
+
+
+def _add_consumer_protocol(value: pa.StructArray) -> tuple[pa.StructArray, np.ndarray]:
     """Add ``subscription_info`` and ``assignment_info`` to every member, as ``decode_record`` does:
     decoded for groups of protocol type "consumer", None otherwise. Returns the values and which
-    rows are ok: where an embedded struct does not decode, the reference adds a warning instead,
-    so the row is left to it."""
+    rows are ok: where an embedded struct does not decode, the reference adds a warning instead."""
     members = value.field("members")
     count = np.diff(members.offsets.to_numpy())
     member_row = np.repeat(np.arange(len(value)), count)
@@ -604,7 +651,7 @@ def decode_columns(keys: pa.Array | pa.ChunkedArray, values: pa.Array | pa.Chunk
     source = _Binaries.of(values)
     fallback = decoded_keys.slot < 0
     codes = _group_codes(decoded_keys, source, fallback)
-    groups = []
+    groups, decoded = [], []
     for code, rows in _split_by_code(codes):
         type_id, version = code >> 17, code & 0x1FFFF
         key_table = decoded_keys.tables[type_id]
@@ -616,13 +663,14 @@ def decode_columns(keys: pa.Array | pa.ChunkedArray, values: pa.Array | pa.Chunk
         if layout is None:
             fallback[rows] = True
             continue
-        decoded, value = _decode_layout(layout, source, rows, skip=2)
-        if type_id == _CLASSIC_GROUP:
-            value, ok = _with_consumer_protocol(value)
-            decoded, value = decoded[ok], value.filter(pa.array(ok))
-        fallback[np.setdiff1d(rows, decoded, assume_unique=True)] = True
-        if decoded.size:
-            groups.append(ColumnarGroup(type_id, version, decoded, key_table.take(decoded_keys.slot[decoded]), value))
+        kept, value = _decode_layout(layout, source, rows, skip=2)
+        fallback[np.setdiff1d(rows, kept, assume_unique=True)] = True
+        decoded.append((type_id, version, kept, value))
+    for type_id, version, kept, value in _with_consumer_protocol(decoded, fallback):
+        if kept.size:
+            groups.append(
+                ColumnarGroup(type_id, version, kept, decoded_keys.tables[type_id].take(decoded_keys.slot[kept]), value)
+            )
     return ColumnarResult(groups, fallback)
 
 
