@@ -11,9 +11,12 @@ times, best of --repeat runs each:
     __consumer_offsets decoder);
   * columnar, framing only: read_log_columns over every segment (Arrow tables of batches and
     records, equal to iter_log's);
-  * columnar, decode only: decode_columns over each segment's data records (framed beforehand,
-    not timed), the records it flags decoded by decode_record, control records by decode_control;
-  * columnar, framing + decode: both, segment by segment.
+  * columnar, decode only: decode_columns over the data records (framed beforehand, not timed),
+    the records it flags decoded by decode_record, control records by decode_control; once per
+    segment, and once per batch of --decode-batch records (segments framed one by one, then
+    decoded together: the fixed cost of a call, a few milliseconds per record type and version,
+    is paid once per batch);
+  * columnar, framing + decode: both, per segment and in batches.
 Prints a Markdown table (copied into docs/performance.md) and one JSON line.
 """
 
@@ -25,13 +28,14 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
+import pyarrow as pa  # noqa: E402
 
 from bench.common import generated  # noqa: E402
 from pipelines.codec.columnar import decode_columns, decode_fallback  # noqa: E402
@@ -92,28 +96,52 @@ def control_mask(log: LogColumns) -> np.ndarray:
     return control[log.records["batch"].to_numpy()]
 
 
-def columnar_decode(log: LogColumns) -> int:
-    """Every record of one segment decoded: data records columnar-wise (flagged ones per record)."""
-    control = control_mask(log)
-    keys, values = log.records["key"], log.records["value"]
-    if control.any():
-        for key, value in zip(keys.filter(control).to_pylist(), values.filter(control).to_pylist(), strict=True):
-            decode_control(key, value)
-        keys, values = keys.filter(~control), values.filter(~control)
-    result = decode_columns(keys, values)
+def columnar_decode(logs: list[LogColumns]) -> int:
+    """Every record of the logs decoded: data records in one decode_columns call (the ones it flags
+    by decode_record), control records by decode_control."""
+    keys = pa.chunked_array([c for log in logs for c in log.records["key"].chunks], pa.binary())
+    values = pa.chunked_array([c for log in logs for c in log.records["value"].chunks], pa.binary())
+    keys, values = keys.combine_chunks(), values.combine_chunks()
+    control = np.concatenate([control_mask(log) for log in logs])
+    rows = pa.array(np.flatnonzero(control))
+    for key, value in zip(keys.take(rows).to_pylist(), values.take(rows).to_pylist(), strict=True):
+        decode_control(key, value)
+    result = decode_columns(keys, values, ignore=control)
     for _ in decode_fallback(result, keys, values):
         pass
-    return log.records.num_rows
+    return len(keys)
 
 
-def columnar_framing_decode(files: list[Path]) -> int:
-    return sum(columnar_decode(read_log_columns(f)) for f in files)
+def in_batches(logs: Iterable[LogColumns], batch_records: int) -> Iterator[list[LogColumns]]:
+    """Logs grouped until a group holds ``batch_records`` records (0: each log alone)."""
+    group: list[LogColumns] = []
+    size = 0
+    for log in logs:
+        group.append(log)
+        size += log.records.num_rows
+        if size >= batch_records:
+            yield group
+            group, size = [], 0
+    if group:
+        yield group
 
 
-def columnar_decode_only(files: list[Path]) -> Callable[[list[Path]], int]:
-    """A timed function over the segments framed now (so that only the decoding is timed)."""
-    logs = [read_log_columns(f) for f in files]  # framed once, outside the timing
-    return lambda _files: sum(columnar_decode(log) for log in logs)
+def columnar_framing_decode(batch_records: int) -> Callable[[list[Path]], int]:
+    def run(files: list[Path]) -> int:
+        framed = (read_log_columns(f) for f in files)
+        return sum(columnar_decode(group) for group in in_batches(framed, batch_records))
+
+    return run
+
+
+def columnar_decode_only(batch_records: int) -> Callable[[list[Path]], Callable[[list[Path]], int]]:
+    """A timed function over the segments framed when it is made (so that only decoding is timed)."""
+
+    def prepare(files: list[Path]) -> Callable[[list[Path]], int]:
+        logs = [read_log_columns(f) for f in files]
+        return lambda _files: sum(columnar_decode(group) for group in in_batches(logs, batch_records))
+
+    return prepare
 
 
 def best(fn: Callable[[list[Path]], int], files: list[Path], repeat: int) -> tuple[int, float, float]:
@@ -135,22 +163,28 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--only", default="", help="run only the paths whose name contains this")
+    parser.add_argument(
+        "--decode-batch", type=int, default=262_144, help="records per decode_columns call in the batched rows"
+    )
     args = parser.parse_args()
     files = dataset(args.records, args.seed)
     size = sum(f.stat().st_size for f in files)
     rows = []
+    batch = args.decode_batch
     for name, fn in [
         ("ours: framing", framing),
         ("ours: framing + decode", framing_decode),
         ("kafka-python MemoryRecords: framing", kafka_python),
         ("columnar: framing", columnar_framing),
-        ("columnar: decode only (framed beforehand)", columnar_decode_only),
-        ("columnar: framing + decode", columnar_framing_decode),
+        ("columnar: decode only, per segment (framed beforehand)", columnar_decode_only(0)),
+        ("columnar: framing + decode, per segment", columnar_framing_decode(0)),
+        (f"columnar: decode only, {batch:,}-record batches (framed beforehand)", columnar_decode_only(batch)),
+        (f"columnar: framing + decode, {batch:,}-record batches", columnar_framing_decode(batch)),
     ]:
         if args.only not in name:
             continue
-        if fn is columnar_decode_only:
-            fn = columnar_decode_only(files)
+        if "decode only" in name:
+            fn = fn(files)  # frame now, time the decoding only
         count, seconds, cpu_seconds = best(fn, files, args.repeat)
         rows.append(
             {

@@ -70,7 +70,7 @@ class ColumnarGroup:
 
 @dataclass
 class ColumnarResult:
-    """Every input record is in exactly one group or flagged in ``fallback``."""
+    """Every input record (but those ignored) is in exactly one group or flagged in ``fallback``."""
 
     groups: list[ColumnarGroup]
     fallback: np.ndarray  # bool per input record: decode it with records.decode_record
@@ -637,12 +637,16 @@ def _decode_keys(keys: pa.Array) -> _Keys:
 
 
 # -- the entry point ----------------------------------------------------------------------------------------
-def decode_columns(keys: pa.Array | pa.ChunkedArray, values: pa.Array | pa.ChunkedArray) -> ColumnarResult:
-    """Decode the keys and values of many data records (not control records) columnar-wise.
+def decode_columns(
+    keys: pa.Array | pa.ChunkedArray, values: pa.Array | pa.ChunkedArray, ignore: np.ndarray | None = None
+) -> ColumnarResult:
+    """Decode the keys and values of many data records columnar-wise.
 
     ``keys`` and ``values`` are binary (or large binary) arrays of equal length; a null value is
     a tombstone. Records the columnar layouts do not decode are flagged in the result's
-    ``fallback`` for :func:`records.decode_record` (see :func:`decode_fallback`).
+    ``fallback`` for :func:`records.decode_record` (see :func:`decode_fallback`). ``ignore``
+    (bool per record) leaves records out, in no group and not flagged: control records, which
+    ``decode_record`` does not decode either, without copying the arrays to drop them.
     """
     keys, values = _combined(keys), _combined(values)
     if len(keys) != len(values):
@@ -651,6 +655,9 @@ def decode_columns(keys: pa.Array | pa.ChunkedArray, values: pa.Array | pa.Chunk
     source = _Binaries.of(values)
     fallback = decoded_keys.slot < 0
     codes = _group_codes(decoded_keys, source, fallback)
+    if ignore is not None:
+        fallback &= ~ignore
+        codes[ignore] = -1
     groups, decoded = [], []
     for code, rows in _split_by_code(codes):
         type_id, version = code >> 17, code & 0x1FFFF
