@@ -230,17 +230,18 @@ class _ConstantColumn(_Column):
         self.arrow_type = arrow_type
 
     def build(self, keep: np.ndarray) -> tuple[pa.Array, np.ndarray]:
-        scalar = pa.scalar(self.value, self.arrow_type)
-        return pa.repeat(scalar, len(keep)), _NO_ROWS
+        if not len(keep):  # pa.repeat refuses zero copies of a list
+            return pa.array([], self.arrow_type), _NO_ROWS
+        return pa.repeat(pa.scalar(self.value, self.arrow_type), len(keep)), _NO_ROWS
 
 
 class _TaggedColumn(_Column):
     """A tagged field: what was read where the tag was present, the default where it was omitted."""
 
-    def __init__(self, read: _Column, found: np.ndarray, default: Any, type_name: str) -> None:
+    def __init__(self, read: _Column, found: np.ndarray, default: Any, arrow_type: pa.DataType) -> None:
         self.read = read
         self.found = found
-        self.default = pa.scalar(default, _ARROW_TYPES[type_name])
+        self.default = pa.scalar(default, arrow_type)
 
     def build(self, keep: np.ndarray) -> tuple[pa.Array, np.ndarray]:
         array, bad = self.read.build(keep)
@@ -451,18 +452,86 @@ def _read_fixed_elements(cur: _Cursor, count: np.ndarray, null: np.ndarray, elem
     return _FlatListColumn(count, null, items, item_row)
 
 
+class _FixedTag:
+    """A tagged fixed-width field or uuid: its data is exactly the value."""
+
+    def __init__(self, f: ColumnarField, source: _Binaries, rows: int) -> None:
+        self.f = f
+        self.source = source
+        self.dtype = _FIXED_DTYPES[f.type]
+        self.found = np.zeros(rows, bool)
+        self.raw = np.zeros(rows, self.dtype)
+
+    def read(
+        self, rows: np.ndarray, tag: np.ndarray, pos: np.ndarray, size: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(rows of this tag, rows to fail) among ``rows``; a repeated tag: the last one wins, as in the reference."""
+        mine = (tag == self.f.tag) & (size == np.dtype(self.dtype).itemsize)  # another size: the reference reports it
+        self.found[rows[mine]] = True
+        self.raw[rows[mine]] = self.source.bytes.read(self.dtype, pos)[mine]
+        return mine, np.zeros(len(rows), bool)
+
+    def column(self) -> _Column:
+        f = self.f
+        read = _UuidColumn(self.raw) if f.type == "uuid" else _IntColumn(self.raw.astype(np.int64), f.type)
+        return _TaggedColumn(read, self.found, f.default, arrow_type(f))
+
+
+class _FixedArrayTag:
+    """A tagged array of fixed-width elements: a compact count, then the elements, filling the data exactly."""
+
+    def __init__(self, f: ColumnarField, source: _Binaries, rows: int) -> None:
+        assert isinstance(f.element, ColumnarField)
+        self.f = f
+        self.source = source
+        self.dtype = _FIXED_DTYPES[f.element.type]
+        self.found = np.zeros(rows, bool)
+        self.null = np.zeros(rows, bool)
+        self.count = np.zeros(rows, np.int64)
+        self.start = np.zeros(rows, np.int64)
+
+    def read(
+        self, rows: np.ndarray, tag: np.ndarray, pos: np.ndarray, size: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(rows of this tag, rows to fail): a repeated array tag is left to the reference."""
+        mine = tag == self.f.tag
+        at = np.flatnonzero(mine)
+        raw, used, ok = self.source.bytes.uvarint(pos[at], pos[at] + size[at], 5)
+        null = raw == 0
+        n = raw.astype(np.int64) - 1
+        width = np.dtype(self.dtype).itemsize
+        fits = np.where(null, self.f.nullable & (used == size[at]), used + n * width == size[at])
+        bad = np.zeros(len(rows), bool)
+        bad[at] = ~(ok & fits) | self.found[rows[at]]
+        self.found[rows[at]] = True
+        self.null[rows[at]] = null
+        self.count[rows[at]] = np.where(null | ~fits, 0, n)
+        self.start[rows[at]] = pos[at] + used
+        return mine, bad
+
+    def column(self) -> _Column:
+        assert isinstance(self.f.element, ColumnarField)
+        count = np.where(self.found, self.count, 0)
+        null = np.where(self.found, self.null, self.f.default is None)  # an omitted tag: its default, [] or None
+        item_row = np.repeat(np.arange(len(count)), count)
+        first_item = np.cumsum(count) - count
+        width = np.dtype(self.dtype).itemsize
+        item_pos = self.start[item_row] + width * (np.arange(len(item_row)) - first_item[item_row])
+        value = self.source.bytes.read(self.dtype, item_pos)
+        element = self.f.element.type
+        items: _Column = _UuidColumn(value) if element == "uuid" else _IntColumn(value.astype(np.int64), element)
+        return _FlatListColumn(count, null, items, item_row)
+
+
 def _read_tagged_section(cur: _Cursor, tagged: tuple[ColumnarField, ...]) -> dict[str, _Column]:
-    """The tagged-field section: known fixed-width tags are read, an unknown tag fails the row.
+    """The tagged-field section: known tags are read, an unknown tag fails the row.
 
     A row may carry at most as many tags as there are known ones (more means an unknown or a
-    repeated one, left to the per-record decoder), so the loop runs at most once per known tag;
-    a known tag repeated within that count is read as the per-record decoder reads it, last wins.
+    repeated one, left to the per-record decoder), so the loop runs at most once per known tag.
     """
     count = cur.uvarint()
     cur.ok &= count <= len(tagged)
-    rows_total = len(count)
-    found = {f.key: np.zeros(rows_total, bool) for f in tagged}
-    raw = {f.key: np.zeros(rows_total, _FIXED_DTYPES[f.type]) for f in tagged}
+    readers = [(_FixedArrayTag if f.type == ARRAY else _FixedTag)(f, cur.source, len(count)) for f in tagged]
     for i in range(len(tagged)):
         rows = np.flatnonzero(cur.ok & (count > i))
         if not rows.size:
@@ -471,25 +540,15 @@ def _read_tagged_section(cur: _Cursor, tagged: tuple[ColumnarField, ...]) -> dic
         tag = sub.uvarint()
         size = sub.uvarint()
         known = np.zeros(len(rows), bool)
-        for f in tagged:
-            dtype = _FIXED_DTYPES[f.type]
-            mine = (tag == f.tag) & (size == np.dtype(dtype).itemsize)  # another size: the reference reports it
-            data = cur.source.bytes.read(dtype, sub.pos)
-            found[f.key][rows[mine]] = True
-            raw[f.key][rows[mine]] = data[mine]
+        for reader in readers:
+            mine, bad = reader.read(rows, tag, sub.pos, size)
             known |= mine
+            sub.ok &= ~bad
         sub.pos = sub.pos + size
         sub.ok &= known & (sub.pos <= sub.end)
         cur.ok[rows] &= sub.ok
         cur.pos[rows] = sub.pos
-    columns: dict[str, _Column] = {}
-    for f in tagged:
-        if f.type == "uuid":
-            read: _Column = _UuidColumn(raw[f.key])
-        else:
-            read = _IntColumn(raw[f.key].astype(np.int64), f.type)
-        columns[f.key] = _TaggedColumn(read, found[f.key], f.default, f.type)
-    return columns
+    return {f.key: reader.column() for f, reader in zip(tagged, readers, strict=True)}
 
 
 def _decode_layout(

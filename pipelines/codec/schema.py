@@ -541,10 +541,11 @@ class _Compiler:
 
 # -- columnar plans --------------------------------------------------------------------------
 # Types a columnar decoder reads for whole Arrow buffers at once (pipelines/codec/columnar.py),
-# and arrays of them or of structs made of them. Nested structs outside arrays (nullable markers)
-# and tagged arrays or structs stay on the per-record decoders.
+# and arrays of them or of structs made of them. Nested structs outside arrays (nullable markers),
+# tagged structs and tagged arrays of anything but fixed-width elements stay on the per-record
+# decoders.
 COLUMNAR_TYPES = frozenset({*_FIXED, "uuid", "string", "bytes"})
-# tagged fields the columnar decoders read: data of one fixed width, checked against the tag's size
+# tagged fields the columnar decoders read (and elements of tagged arrays): fixed width
 COLUMNAR_TAGGED_TYPES = frozenset({*_FIXED, "uuid"})
 ARRAY = "array"  # ColumnarField.type of an array; its element is ColumnarField.element
 
@@ -599,7 +600,7 @@ def _columnar_field(f: Field, version: int, flexible: bool) -> ColumnarField | N
     tagged = version in f.versions and flexible and version in f.tagged
     element: ColumnarField | ColumnarLayout | None = None
     if f.is_array:
-        if tagged:
+        if tagged and (f.struct is not None or f.elem not in COLUMNAR_TAGGED_TYPES):
             return None
         if f.struct is not None:
             element = columnar_layout(f.struct, version, flexible)

@@ -50,21 +50,25 @@ COLUMNAR_VALUES = sorted(
 
 
 def _needs_per_record_path(struct: Struct, version: int, flexible: bool) -> bool:
-    """Independently of the compiler: a struct outside an array, or a tagged array or struct."""
+    """Independently of the compiler: a struct outside an array, a tagged struct or array of structs,
+    or a tagged array of strings or bytes."""
     for f in struct.fields:
         if version not in f.versions:
             continue
         tagged = flexible and version in f.tagged
         if f.struct is not None and (tagged or not f.is_array):
             return True
-        if f.is_array and (tagged or (f.struct is not None and _needs_per_record_path(f.struct, version, flexible))):
+        if f.is_array and tagged and f.elem in ("string", "bytes"):
+            return True
+        if f.is_array and f.struct is not None and _needs_per_record_path(f.struct, version, flexible):
             return True
     return False
 
 
 def test_which_layouts_are_columnar() -> None:
-    """Offset commits, classic group metadata and every layout without a struct outside arrays or a
-    tagged array or struct are columnar; the rest stays on the per-record path."""
+    """Offset commits, classic group metadata and every layout without a struct outside arrays, a
+    tagged struct or a tagged array of variable-length elements are columnar; the rest stays on
+    the per-record path."""
     assert {(0, 0), *((1, v) for v in range(5)), *((2, v) for v in range(5))} <= set(COLUMNAR_VALUES)
     assert all(compiled.key_columnar is not None for compiled in RECORDS.values())
     for type_id, compiled in RECORDS.items():
@@ -349,3 +353,43 @@ def test_classic_group_members_with_consumer_protocol(data: st.DataObject) -> No
         keys.append(encode_key(2, {"group": "g"}))
         values.append(encode_value(2, version, value))
     check_against_reference(keys, values)
+
+
+def test_a_consumer_protocol_version_none_of_whose_members_decodes() -> None:
+    """The only subscription of version 0 is cut short: that version's columns (one of them a list
+    the version lacks) are built for no row."""
+    subscription = encode_subscription({"version": 0, "topics": ["a", "b"], "user_data": None})
+    member = {
+        "member_id": "m",
+        "group_instance_id": None,
+        "client_id": "c",
+        "client_host": "h",
+        "rebalance_timeout": 1,
+        "session_timeout": 2,
+        "subscription": subscription[:-1],
+        "assignment": b"",
+    }
+    value = {
+        "protocol_type": "consumer",
+        "generation": 1,
+        "protocol": "range",
+        "leader": "m",
+        "current_state_timestamp": 5,
+        "members": [member],
+    }
+    newer = encode_subscription({"version": 1, "topics": ["a"], "user_data": None, "owned_partitions": []})
+    good = {**value, "members": [{**member, "subscription": newer}]}
+    key = encode_key(2, {"group": "g"})
+    result = check_against_reference([key, key], [encode_value(2, 3, value), encode_value(2, 3, good)])
+    assert result.fallback.tolist() == [True, False]
+
+
+def test_ignored_records_are_neither_decoded_nor_flagged() -> None:
+    key = encode_key(1, {"group": "g", "topic": "t", "partition": 0})
+    value = encode_value(1, 3, {"offset": 1, "leader_epoch": 0, "metadata": "", "commit_timestamp": 2})
+    control_key, control_value = b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x05"  # a COMMIT marker
+    keys, values = pa.array([key, control_key, key]), pa.array([value, control_value, None])
+    result = decode_columns(keys, values, ignore=np.array([False, True, False]))
+    assert result.fallback.tolist() == [False, False, False]
+    assert sorted(row for g in result.groups for row in g.rows.tolist()) == [0, 2]
+    assert decode_columns(keys, values).fallback.tolist() == [False, True, False]
