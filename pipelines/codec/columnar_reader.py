@@ -274,33 +274,44 @@ def _record_bounds(
     """Record i of every batch at once, i = 0, 1, ...: (batch ok, each record's batch, index, body start, body end).
 
     A record is a zig-zag varint length and that many bytes; the batches are sorted by record
-    count, so the batches that still have an i-th record are a prefix.
+    count, so the batches that still have an i-th record are a prefix. This loop runs once per
+    record index of the longest batch, so it is kept to a few operations: lengths of one or two
+    varint bytes (records up to 8191 bytes) only; a batch with a longer record goes to the reference.
     """
     order = np.argsort(-count, kind="stable")
     descending = count[order]
     pos = rstart[order].copy()
     end = rend[order]
     ok = np.ones(len(order), bool)
-    batch, index, body_start, body_end = [], [], [], []
-    for i in range(int(descending[0]) if len(descending) else 0):
-        active = int(np.searchsorted(-descending, -i, side="left"))  # batches with more than i records
-        at, stop_limit = pos[:active], end[:active]
-        raw, used, read_ok = data.uvarint(at, stop_limit, 10)
-        length = zigzag(raw)
-        body = at + used
-        good = read_ok & (length >= 6) & (length <= stop_limit - body)  # the reference's bound
-        ok[:active] &= good
-        stop = np.where(good, body + np.where(good, length, 0), stop_limit)  # a bad batch stops reading
-        batch.append(order[:active])
-        index.append(np.full(active, i, np.int64))
+    rounds = int(descending[0]) if len(descending) else 0
+    active = np.searchsorted(-descending, -np.arange(rounds), side="left")  # batches with more than i records
+    pairs = data.window("<u2")
+    last = len(pairs) - 1
+    body_start, body_end = [], []
+    for i in range(rounds):
+        at, limit = pos[: active[i]], end[: active[i]]
+        pair = pairs[np.minimum(at, last)].astype(np.int64)
+        low = pair & 0xFF
+        two = low >= 0x80
+        raw = np.where(two, (low & 0x7F) | ((pair >> 8) & 0x7F) << 7, low)
+        length = (raw >> 1) ^ -(raw & 1)
+        body = at + 1 + two
+        stop = body + length
+        good = (length >= 6) & (stop <= limit) & ~(two & (pair >= 0x8000))
+        if not good.all():
+            ok[: active[i]] &= good
+            stop = np.where(good, stop, limit)  # a bad batch stops reading
         body_start.append(body)
         body_end.append(stop)
-        pos[:active] = stop
+        pos[: active[i]] = stop
     ok &= pos == end  # records fill the section exactly
     batch_ok = np.empty(len(order), bool)
     batch_ok[order] = ok
-    flat = [np.concatenate(parts) if parts else np.zeros(0, np.int64) for parts in (batch, index, body_start, body_end)]
-    return batch_ok, *flat
+    if not rounds:
+        return batch_ok, *(np.zeros(0, np.int64) for _ in range(4))
+    batch = np.concatenate([order[:n] for n in active.tolist()])
+    index = np.repeat(np.arange(rounds), active)
+    return batch_ok, batch, index, np.concatenate(body_start), np.concatenate(body_end)
 
 
 class _FieldReader:
