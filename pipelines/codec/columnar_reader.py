@@ -276,7 +276,7 @@ def _record_bounds(
     A record is a zig-zag varint length and that many bytes; the batches are sorted by record
     count, so the batches that still have an i-th record are a prefix. This loop runs once per
     record index of the longest batch, so it is kept to a few operations: lengths of one or two
-    varint bytes (records up to 8191 bytes) only; a batch with a longer record goes to the reference.
+    varint bytes (records up to 8191 bytes) from one gather, longer ones apart.
     """
     order = np.argsort(-count, kind="stable")
     descending = count[order]
@@ -296,8 +296,13 @@ def _record_bounds(
         raw = np.where(two, (low & 0x7F) | ((pair >> 8) & 0x7F) << 7, low)
         length = (raw >> 1) ^ -(raw & 1)
         body = at + 1 + two
-        stop = body + length
-        good = (length >= 6) & (stop <= limit) & ~(two & (pair >= 0x8000))
+        longer = np.flatnonzero(two & (pair >= 0x8000))  # records of 8 KiB and more: rare
+        if longer.size:
+            raw_long, used, read_ok = data.uvarint(at[longer], limit[longer], 10)
+            length[longer] = np.where(read_ok, zigzag(raw_long), -1)
+            body[longer] = at[longer] + used
+        good = (length >= 6) & (length <= limit - body)  # the reference's bound, without overflow
+        stop = body + np.where(good, length, 0)
         if not good.all():
             ok[: active[i]] &= good
             stop = np.where(good, stop, limit)  # a bad batch stops reading

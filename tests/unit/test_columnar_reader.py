@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 
 from pipelines.codec.columnar_reader import BATCH_SCHEMA, LogColumns, iter_log_columns, read_log_columns
-from pipelines.codec.reader import Batch, BytesSource, ReadIssue, find_batch_start, iter_log
+from pipelines.codec.reader import Batch, BytesSource, ReadIssue, Record, find_batch_start, iter_log
+from pipelines.codec.records import encode_key, encode_value
 from pipelines.codec.segments import discover
+from pipelines.codec.writer import encode_v2_batch
 from pipelines.generate import generate
 from tests.conftest import real_segments_dir
 from tests.fuzz import corpus, fix_crcs, mutate
@@ -114,3 +116,22 @@ def test_unchecked_crcs_and_an_empty_source() -> None:
 
 def read_bytes_of_a_real_segment() -> bytes:
     return max(real_segments_dir().rglob("*.log"), key=lambda p: p.stat().st_size).read_bytes()
+
+
+def test_records_of_every_length_class() -> None:
+    """Record lengths of one, two and three varint bytes (up to 8 KiB and beyond), null keys and values."""
+    key = encode_key(1, {"group": "g", "topic": "t", "partition": 0})
+    records = [
+        Record(offset, 1_700_000_000_000 + offset, key, value)
+        for offset, value in enumerate(
+            [
+                # value version 4: a compact metadata string may be longer than 32767 bytes
+                encode_value(1, 4, {"offset": 1, "leader_epoch": 0, "metadata": "m" * size, "commit_timestamp": 2})
+                for size in (0, 40, 200, 9000, 70_000)
+            ]
+            + [None, b""]
+        )
+    ]
+    records.append(Record(len(records), 5, None, b"no key"))
+    data = b"".join(encode_v2_batch(records[i : i + 3], codec=i % 2) for i in range(0, len(records), 3))
+    assert_same(read_log_columns(data), list(iter_log(data)))
