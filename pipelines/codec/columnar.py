@@ -7,12 +7,18 @@ one (record type, value version) is read by a handful of numpy operations over t
 offsets and data buffer, not by Python code per record. The layouts stay data; no record type
 has code of its own here.
 
-What a columnar layout cannot express (arrays, nested structs, layout variants, unknown tags)
-and what does not decode (truncated, trailing bytes, bad lengths, bad UTF-8, unknown types or
-versions) is never guessed at: those records are flagged in ``ColumnarResult.fallback`` and the
-caller decodes exactly those with ``records.decode_record``, the reference, which also names
-the reason of a failure. A record is either decoded to the values ``decode_record`` returns or
-flagged; every bounds check is vectorised, and reads past the data are clipped, never raised.
+Arrays (of scalars or of structs, nested too) are read element k of every record at once, or
+with one gather when their elements have a fixed width. What a columnar layout cannot express
+(a struct outside an array, a tagged struct, layout variants, unknown tags, arrays of more than
+256 variable-length elements) and what does not decode (truncated, trailing bytes, bad lengths,
+bad UTF-8, unknown types or versions, consumer-protocol bytes the reference warns about) is
+never guessed at: those records are flagged in ``ColumnarResult.fallback`` and the caller
+decodes exactly those with ``records.decode_record``, the reference, which also names the reason
+of a failure. A record is either decoded to the values ``decode_record`` returns or flagged;
+every bounds check is vectorised, and reads past the data are clipped, never raised.
+
+A call costs a few numpy operations per (type, version), field and array element index,
+whatever the number of records: call it on large batches (docs/performance.md).
 """
 
 from __future__ import annotations

@@ -263,7 +263,10 @@ def test_fallback_reasons_come_from_the_reference() -> None:
     good_key = encode_key(1, {"group": "g", "topic": "t", "partition": 0})
     value = {"offset": 5, "leader_epoch": 1, "metadata": "", "commit_timestamp": 7, "expire_timestamp": -1}
     good = encode_value(1, 3, value)
-    bad_utf8 = [good[:14] + P.INT16.pack(len(s)) + s + good[16:] for s in (b"\xff", b"\xed\xa0\x80", b"\xc0\x80")]
+    bad_utf8 = [
+        good[:14] + P.INT16.pack(len(s)) + s + good[16:]
+        for s in (b"\xff", b"\xed\xa0\x80", b"\xc0\x80", b"\xf4\x90\x80\x80", b"a\xe2\x82")
+    ]
     cases = [
         (None, good),  # null key
         (good_key[:1], good),  # key shorter than its type id
