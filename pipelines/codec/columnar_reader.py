@@ -5,13 +5,13 @@ like ``iter_log``): one row per batch, one row per record, and the read issues. 
 per entry (the walk from one entry header to the next, and the CRC call); the records are parsed
 with numpy:
 
-* uncompressed v2 batches (and compressed ones after decompression, into one buffer): record
-  lengths are read in lockstep, record i of every batch at once, then every record's fields are
-  read at once over all records;
-* uncompressed magic 0/1 messages: their fixed layout is read for all messages at once.
+* v2 batches (compressed ones decompressed one call each, into one buffer): record lengths are
+  read in lockstep, record i of every batch at once, then every field of every record at once;
+* magic 0/1 messages: their fixed layout read for all messages at once, and for the inner
+  messages of all compressed wrappers (decompressed one call each) at once.
 
-An entry the vectorised checks do not accept exactly (bad CRC, bad magic, a record that does not
-parse, headers, a compressed legacy wrapper, a decompression failure) is parsed by the reference,
+An entry the vectorised checks do not accept exactly (bad CRC, bad magic, a record or message
+that does not parse, headers, a decompression failure) is parsed by the reference,
 ``reader.parse_entry``, so its batch or issue is the one ``iter_log`` reports. The one deliberate
 difference: a batch whose offsets or timestamps leave int64 (possible only with forged varints)
 is reported as a ``bad_records`` issue, since an Arrow int64 column cannot hold it.
@@ -158,9 +158,16 @@ def iter_log_columns(
         want = max(chunk_bytes, need)
 
 
-def read_log_columns(source: ByteSource | bytes | str | os.PathLike, **options: object) -> LogColumns:
-    """All of ``iter_log_columns`` in one LogColumns."""
-    parts = list(iter_log_columns(source, **options))  # type: ignore[arg-type]
+def read_log_columns(
+    source: ByteSource | bytes | str | os.PathLike,
+    *,
+    start: int = 0,
+    end: int | None = None,
+    verify_crc: bool = True,
+    chunk_bytes: int = CHUNK_BYTES,
+) -> LogColumns:
+    """All of ``iter_log_columns`` in one LogColumns (the whole range's records in memory)."""
+    parts = list(iter_log_columns(source, start=start, end=end, verify_crc=verify_crc, chunk_bytes=chunk_bytes))
     if not parts:
         return LogColumns(BATCH_SCHEMA.empty_table(), RECORD_SCHEMA.empty_table())
     batches = pa.concat_tables([p.batches for p in parts])
