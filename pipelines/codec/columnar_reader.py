@@ -364,9 +364,10 @@ def _frame_v2(
     fits = count <= (rend - rstart) // _MIN_RECORD  # more records than bytes allow: the reference reports it
     entries, rstart, rend, count = entries[fits], rstart[fits], rend[fits], count[fits]
     batch_ok, batch, index, body_start, body_end = _record_bounds(data, rstart, rend, count)
-    keep = batch_ok[batch]
-    batch, index, body_start, body_end = batch[keep], index[keep], body_start[keep], body_end[keep]
-    in_order = np.argsort(body_start, kind="stable")  # buffer order = file order: spans need it
+    # from round order to file order (the batches are in file order), which the spans need
+    in_order = _inverse(_first_of_each(count)[batch] + index)
+    keep = batch_ok[batch[in_order]]
+    in_order = in_order[keep]
     batch, index, body_start, body_end = batch[in_order], index[in_order], body_start[in_order], body_end[in_order]
 
     fields = _FieldReader(data, body_start + 1, body_end)  # + 1: the attributes byte, unused
@@ -648,6 +649,18 @@ def _from_reference(items: list[Batch | ReadIssue]) -> LogColumns:
 
 
 # -- assembly ------------------------------------------------------------------------------------------------------
+def _first_of_each(count: np.ndarray) -> np.ndarray:
+    """Where each group starts when groups of ``count`` items are laid one after the other."""
+    return np.cumsum(count) - count
+
+
+def _inverse(permutation: np.ndarray) -> np.ndarray:
+    """The order that puts item i at ``permutation[i]`` (no sort: the positions are known)."""
+    order = np.empty_like(permutation)
+    order[permutation] = np.arange(len(permutation))
+    return order
+
+
 def _no_headers(count: int) -> pa.Array:
     return pa.ListArray.from_arrays(pa.array(np.zeros(count + 1, np.int32)), pa.array([], HEADER_TYPE))
 
@@ -668,6 +681,8 @@ def _assemble(
     )
     entry = np.concatenate([p.entry for p in parts])
     index = np.concatenate([p.index for p in parts])
+    # each part is in file order already: where each record goes is its entry's first row plus its index
+    destination = _first_of_each(np.bincount(entry, minlength=len(is_batch)))[entry] + index
     row_of_entry = np.cumsum(is_batch) - 1
     records = pa.table(
         {
@@ -682,7 +697,6 @@ def _assemble(
         },
         schema=RECORD_SCHEMA,
     )
-    order = np.lexsort((index, entry))
-    if len(order) and not (np.diff(order) == 1).all():
-        records = records.take(pa.array(order))
+    if (destination != np.arange(len(destination))).any():
+        records = records.take(pa.array(_inverse(destination)))
     return LogColumns(batches, records, sorted(issues, key=lambda i: i.position))
