@@ -262,10 +262,12 @@ def _decompress_all(
     """The records sections of compressed v2 batches, decompressed one after the other into one buffer:
     (entries that decompressed, the buffer, each one's start and end in it)."""
     bodies, kept = [], []
-    for i in entries.tolist():
-        section = buf[int(pos[i]) + V2_HEADER : int(pos[i]) + LOG_OVERHEAD + int(size[i])]
+    starts = (pos[entries] + V2_HEADER).tolist()
+    ends = (pos[entries] + LOG_OVERHEAD + size[entries]).tolist()
+    codecs = (attributes[entries] & 0x07).tolist()
+    for i, start, end, codec in zip(entries.tolist(), starts, ends, codecs, strict=True):
         try:
-            bodies.append(decompress(int(attributes[i]) & 0x07, section))
+            bodies.append(decompress(codec, buf[start:end]))
         except DecodeError:
             continue  # the reference reports it
         kept.append(i)
@@ -336,10 +338,18 @@ class _FieldReader:
         self.ok = np.ones(len(pos), bool)
 
     def varint(self) -> np.ndarray:
-        raw, used, ok = self.data.uvarint(self.pos, self.end, 10)
-        self.ok &= ok
+        """Zig-zag varints; most record fields take one byte, the others are read apart."""
+        first = self.data.read("u1", self.pos).astype(np.int64)
+        value = (first >> 1) ^ -(first & 1)
+        used = np.ones(len(first), np.int64)
+        self.ok &= self.pos < self.end
+        longer = np.flatnonzero(first >= 0x80)
+        if longer.size:
+            raw, used[longer], ok = self.data.uvarint(self.pos[longer], self.end[longer], 10)
+            value[longer] = zigzag(raw)
+            self.ok[longer] &= ok
         self.pos = self.pos + used
-        return zigzag(raw)
+        return value
 
     def span(self, length: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(start, stop, null) of the bytes a length field announces; -1 = null."""
