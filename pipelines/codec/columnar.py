@@ -23,6 +23,7 @@ whatever the number of records: call it on large batches (docs/performance.md).
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -47,7 +48,6 @@ _ARROW_TYPES = {
 }
 _BIG_ENDIAN = {"int8": ">i1", "int16": ">i2", "uint16": ">u2", "int32": ">i4", "int64": ">i8"}
 _FIXED_DTYPES = {**_BIG_ENDIAN, "uuid": "V16"}  # numpy dtypes of the fixed-width types; V16: 16 raw bytes
-_BASE64URL = np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_", np.uint8)
 _UUID_CHARS = 22  # 16 bytes in unpadded base64
 _TOMBSTONE = 0x10000  # group code of a null value: outside every 16-bit version
 
@@ -343,14 +343,16 @@ def _is_utf8(raw: bytes) -> bool:
 
 
 def uuid_strings(raw: np.ndarray) -> pa.Array:
-    """16-byte items (V16) -> Kafka's printed form (URL-safe base64, no padding), as ``primitives.uuid_to_str``."""
+    """16-byte items (V16) -> Kafka's printed form (URL-safe base64, no padding), as ``primitives.uuid_to_str``.
+
+    Each uuid is padded to 18 bytes (six 3-byte groups), so that one base64 call over all of them
+    gives 24 characters per uuid, of which the first 22 are its own.
+    """
     rows = len(raw)
-    padded = np.zeros((rows, 18), np.uint32)
+    padded = np.zeros((rows, 18), np.uint8)
     padded[:, :16] = raw.view(np.uint8).reshape(rows, 16)
-    triples = padded.reshape(rows, 6, 3)
-    bits = (triples[..., 0] << 16) | (triples[..., 1] << 8) | triples[..., 2]
-    sextets = np.stack([bits >> 18, bits >> 12, bits >> 6, bits], axis=-1).reshape(rows, 24) & 63
-    chars = np.ascontiguousarray(_BASE64URL[sextets[:, :_UUID_CHARS]])
+    encoded = np.frombuffer(base64.urlsafe_b64encode(padded.tobytes()), np.uint8).reshape(rows, 24)
+    chars = np.ascontiguousarray(encoded[:, :_UUID_CHARS])
     offsets = np.arange(0, _UUID_CHARS * (rows + 1), _UUID_CHARS, dtype=np.int32)
     return pa.Array.from_buffers(pa.string(), rows, [None, pa.py_buffer(offsets), pa.py_buffer(chars)])
 
