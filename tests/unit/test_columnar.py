@@ -220,7 +220,7 @@ def damaged(draw: st.DrawFn, raw: bytes | None) -> bytes | None:
 
 
 @pytest.mark.parametrize(("type_id", "version"), COLUMNAR_VALUES, ids=lambda x: str(x))
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_valid_records_of_a_columnar_layout(type_id: int, version: int, data: st.DataObject) -> None:
     pairs = data.draw(st.lists(_record(type_id, version), min_size=1, max_size=12))
