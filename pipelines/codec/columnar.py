@@ -32,7 +32,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.codec.records import ASSIGNMENT, RECORDS, SUBSCRIPTION, RecordDecoding, decode_record
+from pipelines.codec.errors import DecodeError
+from pipelines.codec.records import ASSIGNMENT, RECORDS, SUBSCRIPTION, RecordDecoding, decode_key, decode_record
 from pipelines.codec.schema import ARRAY, ColumnarField, ColumnarLayout, columnar_layout
 from pipelines.codec.vectors import ByteBuffer, spans_to_binary
 
@@ -80,6 +81,9 @@ class ColumnarResult:
 
     groups: list[ColumnarGroup]
     fallback: np.ndarray  # bool per input record: decode it with records.decode_record
+    # bool per input record, within fallback: flagged only because its (type, version) had too few
+    # records for the columnar path to pay off (see decode_columns' small_groups_per_record)
+    too_few: np.ndarray
 
     @property
     def fallback_rows(self) -> np.ndarray:
@@ -682,7 +686,7 @@ class _Keys:
     tables: dict[int, pa.StructArray]
 
 
-def _decode_keys(keys: pa.Array) -> _Keys:
+def _decode_keys(keys: pa.Array, small_groups_per_record: bool) -> _Keys:
     """Decode each distinct key once (offset-commit keys repeat for every commit), then map back."""
     encoded = pc.dictionary_encode(keys)
     index = encoded.indices.fill_null(-1).to_numpy().astype(np.int64)
@@ -697,15 +701,52 @@ def _decode_keys(keys: pa.Array) -> _Keys:
         if compiled is None or compiled.key_columnar is None:
             continue
         rows = np.flatnonzero(long_enough & (type_ids == type_id))
-        decoded, table = _decode_layout(compiled.key_columnar, distinct, rows, skip=2)
+        if small_groups_per_record and not _pays_off(compiled.key_columnar, len(rows)):
+            decoded, table = _keys_one_by_one(compiled.key_columnar, encoded.dictionary.cast(pa.binary()), rows)
+        else:
+            decoded, table = _decode_layout(compiled.key_columnar, distinct, rows, skip=2)
         slots[decoded] = np.arange(len(decoded))
         tables[type_id] = table
     return _Keys(type_ids[index].astype(np.int32), slots[index], tables)
 
 
+def _keys_one_by_one(layout: ColumnarLayout, distinct: pa.Array, rows: np.ndarray) -> tuple[np.ndarray, pa.StructArray]:
+    """A few keys: ``records.decode_key`` each, its dicts made a struct array of the columnar type."""
+    kept, fields = [], []
+    for row, raw in zip(rows.tolist(), distinct.take(pa.array(rows)).to_pylist(), strict=True):
+        try:
+            fields.append(decode_key(raw)[1])
+        except DecodeError:
+            continue
+        kept.append(row)
+    return np.array(kept, np.int64), pa.array(fields, arrow_type(layout))
+
+
+# The columnar path costs a few numpy calls per field of a layout (arrays' element fields count
+# too) whatever the number of records, about as much per field as decoding 40 records one by one
+# (measured on the generator's mix: offset commits pay off from ~110 records, classic group
+# metadata with its members' consumer protocol from ~1,000).
+_RECORDS_PER_FIELD = 40
+
+
+def _field_count(layout: ColumnarLayout) -> int:
+    return sum(1 + (_field_count(f.element) if isinstance(f.element, ColumnarLayout) else 0) for f in layout.fields)
+
+
+def _pays_off(layout: ColumnarLayout, records: int, type_id: int | None = None) -> bool:
+    fields = _field_count(layout)
+    if type_id == _CLASSIC_GROUP:  # the members' consumer protocol structs are decoded too
+        fields += sum(_field_count(next(_present(layouts))) for layouts in _EMBEDDED.values())
+    return records >= _RECORDS_PER_FIELD * fields
+
+
 # -- the entry point ----------------------------------------------------------------------------------------
 def decode_columns(
-    keys: pa.Array | pa.ChunkedArray, values: pa.Array | pa.ChunkedArray, ignore: np.ndarray | None = None
+    keys: pa.Array | pa.ChunkedArray,
+    values: pa.Array | pa.ChunkedArray,
+    ignore: np.ndarray | None = None,
+    *,
+    small_groups_per_record: bool = True,
 ) -> ColumnarResult:
     """Decode the keys and values of many data records columnar-wise.
 
@@ -714,11 +755,17 @@ def decode_columns(
     ``fallback`` for :func:`records.decode_record` (see :func:`decode_fallback`). ``ignore``
     (bool per record) leaves records out, in no group and not flagged: control records, which
     ``decode_record`` does not decode either, without copying the arrays to drop them.
+
+    ``small_groups_per_record``: a (type, version) with too few records to pay for the columnar
+    path's fixed cost is flagged too (``ColumnarResult.too_few`` tells which), and keys of a type
+    with few distinct keys are decoded one by one (same values); False decodes everything it can
+    columnar-wise (what the equality tests use).
     """
     keys, values = _combined(keys), _combined(values)
     if len(keys) != len(values):
         raise ValueError(f"{len(keys)} keys but {len(values)} values")
-    decoded_keys = _decode_keys(keys)
+    decoded_keys = _decode_keys(keys, small_groups_per_record)
+    too_few = np.zeros(len(keys), bool)
     source = _Binaries.of(values)
     fallback = decoded_keys.slot < 0
     codes = _group_codes(decoded_keys, source, fallback)
@@ -737,6 +784,9 @@ def decode_columns(
         if layout is None:
             fallback[rows] = True
             continue
+        if small_groups_per_record and not _pays_off(layout, len(rows), type_id):
+            fallback[rows] = too_few[rows] = True
+            continue
         kept, value = _decode_layout(layout, source, rows, skip=2)
         fallback[np.setdiff1d(rows, kept, assume_unique=True)] = True
         decoded.append((type_id, version, kept, value))
@@ -745,7 +795,7 @@ def decode_columns(
             groups.append(
                 ColumnarGroup(type_id, version, kept, decoded_keys.tables[type_id].take(decoded_keys.slot[kept]), value)
             )
-    return ColumnarResult(groups, fallback)
+    return ColumnarResult(groups, fallback, too_few)
 
 
 def _group_codes(keys: _Keys, values: _Binaries, fallback: np.ndarray) -> np.ndarray:

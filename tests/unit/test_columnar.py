@@ -8,6 +8,7 @@ not decode, needs a layout variant or unknown tags, or its layout has no columna
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 from typing import Any
 
@@ -91,10 +92,18 @@ def _reference_allows_fallback(ref: RecordDecoding) -> bool:
 
 
 def check_against_reference(
-    keys: list[bytes | None], values: list[bytes | None], arrow_type: pa.DataType = BINARY
+    keys: list[bytes | None],
+    values: list[bytes | None],
+    arrow_type: pa.DataType = BINARY,
+    small_groups_per_record: bool = False,
 ) -> ColumnarResult:
-    """decode_columns over the lists equals decode_record record for record; returns the result."""
-    result = decode_columns(pa.array(keys, arrow_type), pa.array(values, arrow_type))
+    """decode_columns over the lists equals decode_record record for record; returns the result.
+
+    By default every group is decoded columnar-wise however small (the inputs here are small)."""
+    result = decode_columns(
+        pa.array(keys, arrow_type), pa.array(values, arrow_type), small_groups_per_record=small_groups_per_record
+    )
+    assert not (result.too_few & ~result.fallback).any()
     assert isinstance(result, ColumnarResult)
     seen = np.zeros(len(keys), int)
     for group in result.groups:
@@ -125,7 +134,7 @@ def check_against_reference(
             ref.key,
             ref.value,
         )
-        assert _reference_allows_fallback(ref), (row, ref)
+        assert result.too_few[row] or _reference_allows_fallback(ref), (row, ref)
     return result
 
 
@@ -392,7 +401,27 @@ def test_ignored_records_are_neither_decoded_nor_flagged() -> None:
     value = encode_value(1, 3, {"offset": 1, "leader_epoch": 0, "metadata": "", "commit_timestamp": 2})
     control_key, control_value = b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x05"  # a COMMIT marker
     keys, values = pa.array([key, control_key, key]), pa.array([value, control_value, None])
-    result = decode_columns(keys, values, ignore=np.array([False, True, False]))
+    result = decode_columns(keys, values, ignore=np.array([False, True, False]), small_groups_per_record=False)
     assert result.fallback.tolist() == [False, False, False]
     assert sorted(row for g in result.groups for row in g.rows.tolist()) == [0, 2]
-    assert decode_columns(keys, values).fallback.tolist() == [False, True, False]
+    assert decode_columns(keys, values, small_groups_per_record=False).fallback.tolist() == [False, True, False]
+
+
+def test_small_groups_go_to_the_reference_and_large_ones_stay_columnar() -> None:
+    """The default policy: a (type, version) with a few records is flagged as too few (the per-record
+    decoder is cheaper there), a large one is decoded columnar-wise; keys of a type with few
+    distinct keys are decoded one by one, to the same values."""
+    rng = random.Random(5)
+    commit = {"leader_epoch": 1, "metadata": "m", "expire_timestamp": -1}
+    keys, values = [], []
+    for i in range(600):
+        keys.append(encode_key(1, {"group": f"g{i % 7}", "topic": "t", "partition": i % 3}))
+        values.append(encode_value(1, 3, {**commit, "offset": i, "commit_timestamp": rng.randrange(1 << 40)}))
+    for i in range(5):
+        keys.append(encode_key(1, {"group": "g", "topic": "t", "partition": i}))
+        values.append(encode_value(1, 1, {**commit, "offset": i, "commit_timestamp": i, "expire_timestamp": i}))
+    keys.append(encode_key(3, {"group_id": "few"}))
+    values.append(None)
+    result = check_against_reference(keys, values, small_groups_per_record=True)
+    assert result.too_few.tolist() == [False] * 600 + [True] * 5 + [False]
+    assert {(g.record_type, g.value_version) for g in result.groups} == {(1, 3), (3, None)}
