@@ -55,6 +55,20 @@ def _snappy_decompress(data: bytes) -> bytes:
     return bytes(out)
 
 
+def _gzip_decompress(data: bytes) -> bytes:
+    """One complete gzip member, the usual case, straight through zlib (gzip.decompress costs ~3 µs
+    more per call in Python); anything else (several members, padding, damage) through
+    gzip.decompress, so that results and errors stay exactly its own."""
+    try:
+        inflater = zlib.decompressobj(31)  # 16 + 15: gzip wrapper, trailer CRC and size checked
+        out = inflater.decompress(data)
+        if inflater.eof and not inflater.unused_data:
+            return out
+    except zlib.error:
+        pass
+    return gzip.decompress(data)  # accepts multi-member streams
+
+
 def _lz4_decompress(data: bytes, magic: int) -> bytes:
     if magic == 0 and len(data) >= 7 and data.startswith(_LZ4_MAGIC):
         # Kafka's magic-0 writer hashed the frame magic into the header checksum; Kafka's
@@ -71,7 +85,7 @@ def decompress(codec: int, data: bytes, magic: int = 2) -> bytes:
     """Decompress a v2 records section or a legacy wrapper value; raises DecodeError."""
     try:
         if codec == GZIP:
-            return gzip.decompress(data)  # accepts multi-member streams
+            return _gzip_decompress(data)
         if codec == SNAPPY:
             return _snappy_decompress(data)
         if codec == LZ4:

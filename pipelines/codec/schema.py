@@ -539,6 +539,89 @@ class _Compiler:
         return self.env
 
 
+# -- columnar plans --------------------------------------------------------------------------
+# Types a columnar decoder reads for whole Arrow buffers at once (pipelines/codec/columnar.py),
+# and arrays of them or of structs made of them. Nested structs outside arrays (nullable markers),
+# tagged structs and tagged arrays of anything but fixed-width elements stay on the per-record
+# decoders.
+COLUMNAR_TYPES = frozenset({*_FIXED, "uuid", "string", "bytes"})
+# tagged fields the columnar decoders read (and elements of tagged arrays): fixed width
+COLUMNAR_TAGGED_TYPES = frozenset({*_FIXED, "uuid"})
+ARRAY = "array"  # ColumnarField.type of an array; its element is ColumnarField.element
+
+
+@dataclass(frozen=True)
+class ColumnarField:
+    """One output column of a columnar layout, in declaration order."""
+
+    key: str  # snake_case name, as in the per-record dicts
+    type: str  # one of COLUMNAR_TYPES, or ARRAY
+    present: bool  # False: the version lacks the field; the column holds `default`
+    nullable: bool
+    compact: bool  # flexible encoding of strings, bytes and array counts (uvarint length + 1)
+    tag: int | None  # read from the tagged-field section when not None
+    default: Any  # the value of an absent field or an omitted tag (default_value)
+    element: ColumnarField | ColumnarLayout | None = None  # of an ARRAY: a scalar or a struct
+
+
+@dataclass(frozen=True)
+class ColumnarLayout:
+    """A struct at one version as data for the columnar decoders: what to read, in which order."""
+
+    fields: tuple[ColumnarField, ...]
+    flexible: bool  # ends with a tagged-field section
+
+    @property
+    def wire(self) -> tuple[ColumnarField, ...]:
+        """The fields read in place, in wire order (tagged fields come from the section)."""
+        return tuple(f for f in self.fields if f.present and f.tag is None)
+
+    @property
+    def tagged(self) -> tuple[ColumnarField, ...]:
+        return tuple(f for f in self.fields if f.present and f.tag is not None)
+
+
+def columnar_layout(struct: Struct, version: int, flexible: bool) -> ColumnarLayout | None:
+    """The struct at ``version`` as a columnar layout, or None when a field needs the per-record path.
+
+    Every field of the declaration counts, also those the version lacks: the columns of one
+    record type keep one shape across its versions.
+    """
+    fields = []
+    for f in struct.fields:
+        column = _columnar_field(f, version, flexible)
+        if column is None:
+            return None
+        fields.append(column)
+    return ColumnarLayout(tuple(fields), flexible)
+
+
+def _columnar_field(f: Field, version: int, flexible: bool) -> ColumnarField | None:
+    tagged = version in f.versions and flexible and version in f.tagged
+    element: ColumnarField | ColumnarLayout | None = None
+    if f.is_array:
+        if tagged and (f.struct is not None or f.elem not in COLUMNAR_TAGGED_TYPES):
+            return None
+        if f.struct is not None:
+            element = columnar_layout(f.struct, version, flexible)
+        elif f.elem in COLUMNAR_TYPES:
+            element = ColumnarField(f.key, f.elem, True, False, flexible, None, None)
+        if element is None:
+            return None
+    elif f.struct is not None or f.type not in COLUMNAR_TYPES or (tagged and f.type not in COLUMNAR_TAGGED_TYPES):
+        return None
+    return ColumnarField(
+        key=f.key,
+        type=ARRAY if f.is_array else f.type,
+        present=version in f.versions,
+        nullable=version in f.nullable,
+        compact=flexible,
+        tag=f.tag if tagged else None,
+        default=default_value(f),
+        element=element,
+    )
+
+
 Decoder = Callable[[bytes, int, int], tuple[dict, int]]
 Encoder = Callable[[bytearray, dict], None]
 
@@ -550,6 +633,10 @@ class CompiledRecord:
     key_encoder: Encoder
     # value version -> [(layout name, decoder, encoder)], current layout first
     value_layouts: dict[int, list[tuple[str | None, Decoder, Encoder]]]
+    # the same as data for the columnar decoders; None where a field needs the per-record path.
+    # Values: the current layout only (records that need a variant fall back to decode_record).
+    key_columnar: ColumnarLayout | None = None
+    value_columnar: dict[int, ColumnarLayout | None] = field(default_factory=dict)
 
 
 @dataclass
@@ -606,11 +693,14 @@ def compile_registry(root: Path | None = None) -> Registry:
     for decl, (kd, ke), layouts in pending_records:
         if decl.api_key in records:
             raise ValueError(f"type id {decl.api_key} declared twice ({decl.source})")
+        current = decl.layouts[0].struct
         records[decl.api_key] = CompiledRecord(
             decl,
             env[kd],
             env[ke],
             {v: [(name, env[d], env[e]) for name, d, e in lays] for v, lays in layouts.items()},
+            key_columnar=columnar_layout(decl.key, 0, False),
+            value_columnar={v: columnar_layout(current, v, v in decl.flexible_versions) for v in layouts},
         )
     embedded = {
         edecl.name: CompiledEmbedded(

@@ -1,0 +1,137 @@
+"""The columnar reader yields what ``iter_log`` yields: the same batches, records and issues.
+
+``iter_log`` is the reference. Every test turns its output into rows (batch fields, one row per
+record with its batch's number, the issues) and compares them with the columnar reader's tables.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from pipelines.codec.columnar_reader import BATCH_SCHEMA, LogColumns, iter_log_columns, read_log_columns
+from pipelines.codec.reader import Batch, BytesSource, ReadIssue, Record, find_batch_start, iter_log
+from pipelines.codec.records import encode_key, encode_value
+from pipelines.codec.segments import discover
+from pipelines.codec.writer import encode_v2_batch
+from pipelines.generate import generate
+from tests.conftest import real_segments_dir
+from tests.fuzz import corpus, fix_crcs, mutate
+
+
+def reference_rows(items: list[Batch | ReadIssue]) -> tuple[list[dict], list[dict], list[ReadIssue]]:
+    batches, records, issues = [], [], []
+    for item in items:
+        if isinstance(item, ReadIssue):
+            issues.append(item)
+            continue
+        number = len(batches)
+        batches.append({name: getattr(item, name) for name in BATCH_SCHEMA.names})
+        for r in item.records or ():
+            headers = [{"key": k, "value": v} for k, v in r.headers]
+            records.append(
+                {"batch": number, "offset": r.offset, "timestamp": r.timestamp, "key": r.key, "value": r.value}
+                | {"headers": headers}
+            )
+    return batches, records, issues
+
+
+def assert_same(got: LogColumns, items: list[Batch | ReadIssue]) -> None:
+    batches, records, issues = reference_rows(items)
+    assert got.batches.to_pylist() == batches
+    assert got.records.to_pylist() == records
+    assert got.issues == issues
+
+
+def test_every_real_segment() -> None:
+    records = 0
+    for segment in discover([real_segments_dir()]):
+        got = read_log_columns(segment.path)
+        assert_same(got, list(iter_log(segment.path)))
+        records += got.records.num_rows
+    assert records > 40_000
+
+
+@pytest.fixture(scope="module")
+def generated_files(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    out = tmp_path_factory.mktemp("columnar-reader") / "logs"
+    generate(out, 20_000, seed=12, segment_bytes=128 * 1024)
+    return sorted(out.rglob("*.log"))
+
+
+def test_generated_log_every_magic_and_codec(generated_files: list[Path]) -> None:
+    seen = Counter()
+    for path in generated_files:
+        items = list(iter_log(path))
+        seen.update((b.magic, b.codec_name) for b in items if isinstance(b, Batch))
+        assert_same(read_log_columns(path), items)
+    assert {(m, c) for m in (0, 1) for c in ("none", "gzip", "snappy", "lz4")} <= set(seen)
+    assert {(2, c) for c in ("none", "gzip", "snappy", "lz4", "zstd")} <= set(seen)
+
+
+def test_small_chunks_and_byte_ranges(generated_files: list[Path]) -> None:
+    data = generated_files[0].read_bytes()
+    # chunks smaller than an entry: every entry is read by growing the chunk to it
+    assert_same(read_log_columns(data, chunk_bytes=100), list(iter_log(data)))
+    source = BytesSource(data)
+    for start, end in [(0, 4000), (5000, 9000), (len(data) // 2, len(data))]:
+        first = find_batch_start(source, start)
+        assert first is not None
+        parts = list(iter_log_columns(data, start=first, end=end, chunk_bytes=1000))
+        assert len(parts) > 1 or end - first <= 1000
+        items = list(iter_log(data, start=first, end=end))
+        assert_same(read_log_columns(data, start=first, end=end, chunk_bytes=1000), items)
+
+
+def test_damaged_logs_match_the_reference() -> None:
+    """Mutated windows of real and generated logs, half of them with CRCs fixed so that the damage
+    reaches the record parsers: the columnar reader reports every issue iter_log reports."""
+    rng = random.Random(20261125)
+    small = [p for p in sorted(real_segments_dir().rglob("*.log")) if p.stat().st_size < 16_384]
+    logs, _ = corpus(small, rng)
+    reasons: Counter = Counter()
+    for case in range(250):
+        data = mutate(rng.choice(logs), rng)
+        if case % 2:
+            data = fix_crcs(data)
+        items = list(iter_log(data))
+        assert_same(read_log_columns(data), items)
+        assert_same(read_log_columns(data, chunk_bytes=rng.choice([17, 64, 500])), items)
+        reasons.update(i.reason.value for i in items if isinstance(i, ReadIssue))
+    assert {"crc_mismatch", "bad_records", "torn_tail"} <= set(reasons)
+
+
+def test_unchecked_crcs_and_an_empty_source() -> None:
+    data = bytearray(read_bytes_of_a_real_segment())
+    data[30] ^= 0xFF  # inside the first batch, after its CRC field
+    assert_same(read_log_columns(bytes(data), verify_crc=False), list(iter_log(bytes(data), verify_crc=False)))
+    got = read_log_columns(bytes(data))
+    assert got.issues and got.issues[0].reason.value == "crc_mismatch"
+    empty = read_log_columns(b"")
+    assert (empty.batches.num_rows, empty.records.num_rows, empty.issues) == (0, 0, [])
+
+
+def read_bytes_of_a_real_segment() -> bytes:
+    return max(real_segments_dir().rglob("*.log"), key=lambda p: p.stat().st_size).read_bytes()
+
+
+def test_records_of_every_length_class() -> None:
+    """Record lengths of one, two and three varint bytes (up to 8 KiB and beyond), null keys and values."""
+    key = encode_key(1, {"group": "g", "topic": "t", "partition": 0})
+    records = [
+        Record(offset, 1_700_000_000_000 + offset, key, value)
+        for offset, value in enumerate(
+            [
+                # value version 4: a compact metadata string may be longer than 32767 bytes
+                encode_value(1, 4, {"offset": 1, "leader_epoch": 0, "metadata": "m" * size, "commit_timestamp": 2})
+                for size in (0, 40, 200, 9000, 70_000)
+            ]
+            + [None, b""]
+        )
+    ]
+    records.append(Record(len(records), 5, None, b"no key"))
+    data = b"".join(encode_v2_batch(records[i : i + 3], codec=i % 2) for i in range(0, len(records), 3))
+    assert_same(read_log_columns(data), list(iter_log(data)))
