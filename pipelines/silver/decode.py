@@ -25,9 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from pipelines.codec import primitives as P
+from pipelines.codec.columnar import decode_columns
 from pipelines.codec.errors import DecodeError
 from pipelines.codec.records import CONTROL_TYPES, TYPE_NAMES, decode_control, decode_record
 from pipelines.codec.schema import UNKNOWN_TAGS, schemas_dir
@@ -372,23 +375,48 @@ def _quarantined(
     }
 
 
-def decode_batch(batch: pa.RecordBatch, plan: DecodePlan) -> list[pa.RecordBatch]:
+def decode_batch(
+    batch: pa.RecordBatch, plan: DecodePlan, columnar: bool = True, small_groups_per_record: bool = True
+) -> list[pa.RecordBatch]:
     """Bronze rows -> wide decoded rows, exactly one per input row. Never raises for bad bytes.
 
-    One output batch per silver table that received rows (its struct column set, the others
-    null): no sparse columns to build. Row order therefore follows the tables, not the input.
+    Keys and values are decoded column-wise (:func:`pipelines.codec.columnar.decode_columns`);
+    offset commits and tombstones — nearly all of a log — become their silver columns without a
+    Python object per record, other decoded records go through the per-record mapping, and what
+    the columnar path leaves (control records, layout variants, undecodable bytes) through the
+    per-record decoder, the reference. One output batch per silver table that received rows (its
+    struct column set, the others null). Row order therefore follows the tables, not the input.
+    ``columnar=False`` decodes every record the per-record way (the reference the tests compare
+    with); ``small_groups_per_record`` is :func:`decode_columns`' policy.
     """
     n = batch.num_rows
     names = batch.schema.names
     col = {name: batch.column(i) for i, name in enumerate(names)}
-    keys = col["key"].to_pylist()
-    values = col["value"].to_pylist()
-    controls = col["control"].to_pylist()
+    controls = col["control"].to_numpy(zero_copy_only=False).astype(bool)
+    ignore = controls if columnar else np.ones(n, bool)
+    result = decode_columns(col["key"], col["value"], ignore=ignore, small_groups_per_record=small_groups_per_record)
     rows: dict[str, list[dict[str, Any]]] = {t: [] for t in RECORD_TABLES}
     where: dict[str, list[int]] = {t: [] for t in RECORD_TABLES}
+    arrays: dict[str, list[tuple[np.ndarray, pa.StructArray]]] = {t: [] for t in RECORD_TABLES}
+    for group in result.groups:
+        t = group.record_type
+        if group.tombstone:
+            arrays["tombstones"].append((group.rows, _tombstone_columns(plan, t, group.key)))
+        elif t <= 1:
+            arrays["offset_commits"].append((group.rows, _offset_commit_columns(plan, t, group)))
+        else:
+            table = _TABLE_OF[t]
+            keys, values = group.key.to_pylist(), group.value.to_pylist()  # type: ignore[union-attr]
+            for i, k, v in zip(group.rows.tolist(), keys, values, strict=True):
+                payload = _mapped(t, group.value_version, k, v)  # type: ignore[arg-type]
+                rows[table].append(payload)
+                where[table].append(i)
+    reference = np.flatnonzero(result.fallback | ignore).tolist()
+    keys = col["key"].take(reference).to_pylist() if reference else []
+    values = col["value"].take(reference).to_pylist() if reference else []
     version = plan.decoder_version
-    for i in range(n):
-        table, payload = decode_one(keys[i], values[i], controls[i], version)
+    for i, key, value in zip(reference, keys, values, strict=True):
+        table, payload = decode_one(key, value, bool(controls[i]), version)
         if table == "quarantine":
             payload["source_uri"] = _value(col, "source_uri", i)
             payload["batch_position"] = _value(col, "batch_position", i)
@@ -396,9 +424,69 @@ def decode_batch(batch: pa.RecordBatch, plan: DecodePlan) -> list[pa.RecordBatch
         where[table].append(i)
     out = []
     for table in RECORD_TABLES:
+        parts = arrays[table]
         if rows[table]:
-            out.append(_table_batch(plan, col, table, rows[table], where[table], n))
+            parts = [*parts, (np.asarray(where[table], np.int64), pa.array(rows[table], type=plan.struct(table)))]
+        if parts:
+            at = np.concatenate([p for p, _ in parts])
+            struct = pa.concat_arrays([s for _, s in parts]) if len(parts) > 1 else parts[0][1]
+            out.append(_table_batch(plan, col, table, struct, at, n))
     return out
+
+
+def _mapped(t: int, version: int, key: dict[str, Any], value: dict[str, Any]) -> dict[str, Any]:
+    """The silver payload of a decoded data record that is not an offset commit (current layout)."""
+    if t == 2:
+        return _group_metadata(version, key, value, None)
+    if t in SHARE_COLUMNS or t in STREAMS_COLUMNS:
+        return _share_streams(t, version, None, key, value)
+    return _consumer(t, version, None, key, value)
+
+
+def _struct(plan: DecodePlan, table: str, n: int, columns: dict[str, pa.Array]) -> pa.StructArray:
+    """A table's struct column from Arrow columns by name (fields it lacks are null)."""
+    stype = plan.struct(table)
+    fields = [columns[f.name].cast(f.type) if f.name in columns else pa.nulls(n, f.type) for f in stype]
+    return pa.StructArray.from_arrays(fields, fields=list(stype))
+
+
+def _offset_commit_columns(plan: DecodePlan, t: int, group: Any) -> pa.StructArray:
+    """:func:`_offset_commit`, column-wise."""
+    key, value, n = group.key, group.value, len(group.rows)
+    topic_id = value.field("topic_id") if "topic_id" in value.type.names else pa.nulls(n, pa.string())
+    topic_id = pc.if_else(pc.equal(topic_id, P.ZERO_UUID), pa.scalar(None, pa.string()), topic_id)
+    columns = {
+        "record_type": pa.array(np.full(n, t, np.int32)),
+        "value_version": pa.array(np.full(n, group.value_version, np.int32)),
+        "group_id": key.field("group"),
+        "topic": key.field("topic"),
+        "partition": key.field("partition"),
+        "committed_offset": value.field("offset"),
+        "topic_id": topic_id,
+    }
+    for name, default in (
+        ("leader_epoch", -1),
+        ("expire_timestamp", -1),
+        ("metadata", None),
+        ("commit_timestamp", None),
+    ):
+        columns[name] = value.field(name) if name in value.type.names else pa.array([default] * n)
+    return _struct(plan, "offset_commits", n, columns)
+
+
+def _tombstone_columns(plan: DecodePlan, t: int, key: pa.StructArray) -> pa.StructArray:
+    """:func:`_tombstone`, column-wise."""
+    n = len(key)
+    names = key.type.names
+    columns: dict[str, pa.Array] = {
+        "record_type": pa.array(np.full(n, t, np.int32)),
+        "record_type_name": pa.array([TYPE_NAMES[t]] * n, pa.string()),
+        "group_id": key.field("group" if "group" in names else "group_id"),
+    }
+    for name in ("topic", "partition", "member_id", "regular_expression"):
+        if name in names:
+            columns[name] = key.field(name)
+    return _struct(plan, "tombstones", n, columns)
 
 
 def _value(col: dict[str, pa.Array], name: str, i: int) -> Any:
@@ -407,11 +495,12 @@ def _value(col: dict[str, pa.Array], name: str, i: int) -> Any:
 
 
 def _table_batch(
-    plan: DecodePlan, col: dict[str, pa.Array], table: str, rows: list[dict[str, Any]], where: list[int], n: int
+    plan: DecodePlan, col: dict[str, pa.Array], table: str, struct: pa.StructArray, where: np.ndarray, n: int
 ) -> pa.RecordBatch:
-    """The wide rows of one table: the envelope taken from the input, its struct, nulls elsewhere."""
-    m = len(rows)
-    take = None if m == n else pa.array(where, type=pa.int32())
+    """The wide rows of one table: the envelope taken from the input rows ``where``, its struct,
+    nulls elsewhere."""
+    m = len(where)
+    take = None if m == n and bool((where == np.arange(n)).all()) else pa.array(where, type=pa.int64())
     arrays = []
     for silver, bronze in ENVELOPE:
         target = plan.schema.field(silver).type
@@ -423,8 +512,7 @@ def _table_batch(
             arr = arr.take(take)
         arrays.append(arr if arr.type == target else arr.cast(target))
     for name in RECORD_TABLES:
-        struct = plan.struct(name)
-        arrays.append(pa.array(rows, type=struct) if name == table else pa.nulls(m, struct))
+        arrays.append(struct if name == table else pa.nulls(m, plan.struct(name)))
     return pa.RecordBatch.from_arrays(arrays, schema=plan.schema)
 
 
