@@ -223,6 +223,23 @@ def _refresh_names(spark: SparkSession, tables: Tables) -> bool:
     return lake.replace_if_changed(spark, path, named, "true", key, columns)[0]
 
 
+def _rebuild_if_outdated(spark: SparkSession, tables: Tables) -> bool:
+    """Gold tables an older version wrote with another partitioning cannot take this version's
+    writes: gold is derived from silver, so it is dropped and rebuilt (a full refresh). True then."""
+    outdated = []
+    for name, spec in tables.specs["gold"].items():
+        path = tables.path("gold", name)
+        if lake.exists(spark, path) and lake.partition_columns(spark, path) != list(spec.partitioned_by):
+            outdated.append(name)
+    if not outdated:
+        return False
+    log.warning("gold: %s laid out by an older version; rebuilding gold from silver", ", ".join(outdated))
+    for name in tables.specs["gold"]:
+        spark.sql(f"DROP TABLE IF EXISTS {tables.name('gold', name)}")
+        lake.drop(spark, tables.path("gold", name))
+    return True
+
+
 def run_gold(
     spark: SparkSession,
     tables: Tables,
@@ -231,6 +248,7 @@ def run_gold(
     retention_ms: int = DEFAULT_RETENTION_MS,
     soft_delete_retention_days: float | None = None,
 ) -> GoldResult:
+    full_refresh = _rebuild_if_outdated(spark, tables) or full_refresh
     for t in tables.specs["gold"]:
         tables.ensure("gold", t)
     tables.ensure_views("gold")

@@ -32,9 +32,10 @@ _MEMBER_STRUCT = ("member_index", "member_id", "group_instance_id", "client_id",
 
 @dataclass(frozen=True)
 class Source:
-    """Rows of one silver table as events: ``where`` selects them, ``columns`` are taken by name,
-    ``exprs`` computed (event column -> SQL over the silver row). Event columns neither names are
-    null. ``record_type`` None: the table's own column."""
+    """Rows of one silver table as events: ``where`` selects them, ``kind`` (SQL) names each
+    one's event kind, ``columns`` are taken by name, ``exprs`` computed (event column -> SQL over
+    the silver row). Event columns neither names are null. ``record_type`` None: the table's own
+    column. One source per table: each is one scan."""
 
     table: str
     kind: str
@@ -44,35 +45,62 @@ class Source:
     record_type: str | None = None
 
 
+def _kind(name: str) -> str:
+    return f"'{name}'"
+
+
+# tombstones of every record type gold replays, by type: offsets, classic groups, the group and
+# target assignment epochs of the new protocols, KIP-848 members
+_TOMBSTONE_KIND = (
+    f"CASE WHEN record_type IN (0, 1) THEN {_kind(E.OFFSET_TOMBSTONE)} "
+    f"WHEN record_type = 2 THEN {_kind(E.GROUP_TOMBSTONE)} "
+    f"WHEN record_type IN (3, 6, 11, 17) THEN {_kind(E.NEW_GROUP_TOMBSTONE)} "
+    f"ELSE {_kind(E.MEMBER_TOMBSTONE)} END"
+)
+
 SOURCES = (
-    Source("offset_commits", E.COMMIT, None, _COMMIT),
-    Source("tombstones", E.OFFSET_TOMBSTONE, "record_type IN (0, 1)", ("group_id", "topic", "partition")),
-    Source("tombstones", E.GROUP_TOMBSTONE, "record_type = 2", ("group_id",)),
-    Source("tombstones", E.NEW_GROUP_TOMBSTONE, "record_type IN (3, 6, 11, 17)", ("group_id",)),
-    Source("tombstones", E.MEMBER_TOMBSTONE, "record_type IN (5, 7, 8)", ("group_id", "member_id")),
-    Source("group_metadata", E.GROUP, None, _CLASSIC, {"assignor": "protocol", "leader": "leader"}),
-    Source("consumer_group_metadata", E.NEW_GROUP, None, ("group_id",), {"generation": "epoch"}),
+    Source("offset_commits", _kind(E.COMMIT), None, _COMMIT),
+    Source(
+        "tombstones",
+        _TOMBSTONE_KIND,
+        "record_type IN (0, 1, 2, 3, 5, 6, 7, 8, 11, 17)",
+        ("group_id", "topic", "partition", "member_id"),
+    ),
+    Source("group_metadata", _kind(E.GROUP), None, _CLASSIC, {"assignor": "protocol", "leader": "leader"}),
+    Source("consumer_group_metadata", _kind(E.NEW_GROUP), None, ("group_id",), {"generation": "epoch"}),
     Source(
         "consumer_group_target_assignment_metadata",
-        E.NEW_GROUP,
+        _kind(E.NEW_GROUP),
         None,
         ("group_id",),
         {"generation": "assignment_epoch"},
     ),
-    Source("share_group_records", E.NEW_GROUP, "metadata IS NOT NULL", ("group_id",), {"generation": "metadata.epoch"}),
     Source(
-        "streams_group_records", E.NEW_GROUP, "metadata IS NOT NULL", ("group_id",), {"generation": "metadata.epoch"}
+        "share_group_records",
+        _kind(E.NEW_GROUP),
+        "metadata IS NOT NULL",
+        ("group_id",),
+        {"generation": "metadata.epoch"},
     ),
-    Source("transaction_markers", E.MARKER, "control_type_id IN (0, 1)", ("control_type_id",), record_type="NULL"),
-    Source("consumer_group_member_metadata", E.MEMBER, None, _MEMBER_5),
+    Source(
+        "streams_group_records",
+        _kind(E.NEW_GROUP),
+        "metadata IS NOT NULL",
+        ("group_id",),
+        {"generation": "metadata.epoch"},
+    ),
+    Source(
+        "transaction_markers", _kind(E.MARKER), "control_type_id IN (0, 1)", ("control_type_id",), record_type="NULL"
+    ),
+    Source("consumer_group_member_metadata", _kind(E.MEMBER), None, _MEMBER_5),
     Source(
         "consumer_group_target_assignment_member",
-        E.MEMBER,
+        _kind(E.MEMBER),
         None,
         ("group_id", "member_id"),
         {"target_partitions": "topic_partitions"},
     ),
-    Source("consumer_group_current_member_assignment", E.MEMBER, None, _MEMBER_8),
+    Source("consumer_group_current_member_assignment", _kind(E.MEMBER), None, _MEMBER_8),
 )
 # the silver tables gold reads (group_members: the members of classic group records)
 SOURCE_TABLES = tuple(dict.fromkeys([*(s.table for s in SOURCES), "group_members"]))
@@ -115,11 +143,11 @@ def events_frame(spark: SparkSession, tables: Tables, where: str = "true") -> Da
         df = _rows(spark, tables, source, where)
         if df is None:
             continue
-        if source.kind == E.GROUP and members is not None:
+        if source.table == "group_metadata" and members is not None:
             df = df.join(members, [*PART, "record_offset"], "left")
         present = set(df.columns)
         exprs: dict[str, Column] = {
-            "kind": F.lit(source.kind),
+            "kind": F.expr(source.kind),
             "batch_id": F.coalesce("batch_base_offset", "record_offset"),
             "timestamp_ms": F.unix_millis("timestamp"),
             "record_type": F.expr(source.record_type or "record_type"),

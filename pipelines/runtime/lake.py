@@ -31,6 +31,7 @@ __all__ = [
     "commit_empty",
     "commit_info",
     "commit_metadata",
+    "drop",
     "exists",
     "in_parallel",
     "insert_new",
@@ -38,6 +39,7 @@ __all__ = [
     "last_commit",
     "latest_metadata",
     "merge",
+    "partition_columns",
     "partitions_predicate",
     "properties",
     "read",
@@ -129,6 +131,22 @@ def properties(spark: SparkSession, path: str) -> dict[str, str]:
     conf = _snapshot(spark, path).metadata().configuration()
     jvm = spark._jvm  # type: ignore[attr-defined]
     return dict(jvm.scala.jdk.javaapi.CollectionConverters.asJava(conf))
+
+
+def partition_columns(spark: SparkSession, path: str) -> list[str]:
+    """The table's partition columns, from its Delta log."""
+    cols = _snapshot(spark, path).metadata().partitionColumns()
+    jvm = spark._jvm  # type: ignore[attr-defined]
+    return list(jvm.scala.jdk.javaapi.CollectionConverters.asJava(cols))
+
+
+def drop(spark: SparkSession, path: str) -> None:
+    """Delete the table at ``path``, data and log: for derived tables only (gold is rebuilt from
+    silver), never for bronze or silver."""
+    jvm = spark._jvm  # type: ignore[attr-defined]
+    target = jvm.org.apache.hadoop.fs.Path(path)
+    target.getFileSystem(spark._jsc.hadoopConfiguration()).delete(target, True)  # type: ignore[attr-defined]
+    jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
 
 
 def commit_info(spark: SparkSession, path: str, at: int) -> dict[str, Any]:
