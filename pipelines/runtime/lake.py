@@ -13,7 +13,7 @@ Creating and registering a table (its declared columns, partitioning and propert
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -24,13 +24,16 @@ from pyspark.sql.types import StructType
 
 __all__ = [
     "METADATA_CONF",
+    "any_rows",
     "append",
+    "append_counted",
     "commit_empty",
     "commit_metadata",
     "exists",
     "insert_new",
     "key_condition",
     "last_commit",
+    "offset_ranges_predicate",
     "partitions_predicate",
     "properties",
     "read",
@@ -75,6 +78,32 @@ def partitions_predicate(pairs: Iterable[tuple[str, int]], prefix: str = "", col
     )
 
 
+def offset_ranges_predicate(
+    spans: Mapping[tuple[str, int], Iterable[tuple[int, int]]],
+    prefix: str = "",
+    partition_column: str = "partition",
+    offset_column: str = "offset",
+) -> str:
+    """SQL predicate selecting the rows of these (cluster, partition) pairs whose offset lies in one
+    of the pair's ``[first, last]`` spans (``false`` for none).
+
+    A conjunction of :func:`partitions_predicate` (which Delta prunes files by) and the spans per
+    pair (which Delta's data skipping compares with each file's offset minimum and maximum)."""
+    terms = []
+    for (cluster, part), ranges in sorted(spans.items()):
+        between = " OR ".join(f"{prefix}{offset_column} BETWEEN {int(lo)} AND {int(hi)}" for lo, hi in sorted(ranges))
+        if between:
+            terms.append(
+                f"({prefix}cluster = {sql_str(cluster)} AND {prefix}{partition_column} = {int(part)} AND ({between}))"
+            )
+    if not terms:
+        return "false"
+    pairs = partitions_predicate(
+        [pair for pair, ranges in spans.items() if list(ranges)], prefix=prefix, column=partition_column
+    )
+    return f"({pairs}) AND ({' OR '.join(terms)})"
+
+
 def key_condition(key: Iterable[str], op: str = "=", left: str = "t", right: str = "s") -> str:
     """``t.k1 = s.k1 AND t.k2 = s.k2``: a MERGE or join condition on key columns."""
     return " AND ".join(f"{left}.{k} {op} {right}.{k}" for k in key)
@@ -97,6 +126,13 @@ def read(spark: SparkSession, path: str, where: str | None = None) -> DataFrame 
 def last_commit(spark: SparkSession, path: str) -> Any:
     """The table's latest commit: a row of ``DESCRIBE HISTORY`` (version, operation, metrics)."""
     return DeltaTable.forPath(spark, path).history(1).collect()[0]
+
+
+def any_rows(spark: SparkSession, path: str, where: str) -> bool:
+    """Whether the table at ``path`` has a row matching ``where`` (False when there is no table):
+    with a partition and file-statistics predicate, Delta answers it from the few files it keeps."""
+    df = read(spark, path, where)
+    return df is not None and not df.isEmpty()
 
 
 def version(spark: SparkSession, path: str) -> int | None:
@@ -132,6 +168,17 @@ def append(frame: DataFrame, path: str) -> None:
     frame.write.format("delta").mode("append").save(path)
 
 
+def append_counted(spark: SparkSession, path: str, frame: DataFrame) -> int:
+    """:func:`append`, returning the rows written (the commit's ``numOutputRows``; no commit and 0
+    when there is nothing to write)."""
+    before = version(spark, path)
+    append(frame, path)
+    commit = last_commit(spark, path)
+    if before is not None and int(commit["version"]) == before:
+        return 0
+    return int((commit["operationMetrics"] or {}).get("numOutputRows", 0))
+
+
 def insert_new(
     spark: SparkSession,
     path: str,
@@ -139,15 +186,20 @@ def insert_new(
     key: Iterable[str],
     partitions: Iterable[tuple[str, int]] | None = None,
     partition_column: str = "offsets_partition",
+    target_where: str | None = None,
 ) -> int:
     """Insert-only MERGE on ``key``: rows whose key is already in the table are skipped, so the
     same input written twice is written once. ``partitions`` restricts the target side to those
-    (cluster, partition) pairs, so Delta reads only their files. Returns the rows inserted (a
-    MERGE inserting nothing writes no table version)."""
+    (cluster, partition) pairs, so Delta reads only their files; ``target_where`` (a predicate on
+    target columns prefixed ``t.``, e.g. :func:`offset_ranges_predicate`) restricts it further.
+    The caller guarantees no row of ``frame`` has its key outside the restriction. Returns the
+    rows inserted (a MERGE inserting nothing writes no table version)."""
     cond = key_condition(key)
     pairs = list(partitions or ())
     if pairs:
         cond += f" AND ({partitions_predicate(pairs, prefix='t.', column=partition_column)})"
+    if target_where is not None:
+        cond += f" AND ({target_where})"
     metrics = DeltaTable.forPath(spark, path).alias("t").merge(frame.alias("s"), cond).whenNotMatchedInsertAll()
     return int(metrics.execute().collect()[0]["num_inserted_rows"])
 
