@@ -37,6 +37,7 @@ __all__ = [
     "content_hash_udf",
     "merge_issues",
     "merge_records",
+    "spans_meeting_files",
 ]
 
 KEY = ("cluster", "partition", "offset")  # the log position: one bronze row per position
@@ -112,9 +113,9 @@ def merge_records(
     rows = rows.select(*bronze_columns(tables))
     if coverage is None or not coverage.unique:
         rows = rows.dropDuplicates(list(KEY))
-    where = None if coverage is None else lake.offset_ranges_predicate(coverage.spans)
-    if where is not None and not lake.any_rows(spark, path, where):
+    if coverage is not None and not _may_hold(spark, path, coverage):
         return _append(spark, path, rows, commit_metadata), 0
+    where = None if coverage is None else lake.offset_ranges_predicate(coverage.spans)
     rows = rows.persist()  # read twice: the conflict check and the MERGE
     try:
         n_conflicts = _record_conflicts(spark, tables, rows, run_id, where)
@@ -131,6 +132,31 @@ def merge_records(
     finally:
         rows.unpersist()
     return inserted, n_conflicts
+
+
+def _may_hold(spark: SparkSession, path: str, coverage: Coverage) -> bool:
+    """Whether bronze may hold a row in the coverage's spans: not when none of its data files of
+    those partitions has an offset range meeting a span (the Delta log's file statistics, no data
+    file read); asked of the rows themselves when the statistics cannot be read."""
+    files = lake.file_ranges(spark, path, "offset", ("cluster", "partition"))
+    if files is None:
+        return lake.any_rows(spark, path, lake.offset_ranges_predicate(coverage.spans))
+    return bool(spans_meeting_files(coverage.spans, files))
+
+
+def spans_meeting_files(
+    spans: dict[tuple[str, int], list[Span]], files: list[tuple[tuple[str, ...], Any, Any]]
+) -> set[tuple[str, int]]:
+    """The (cluster, partition) pairs with a data file (partition values as strings, offset
+    minimum and maximum; None: no statistics, so it may hold anything) meeting one of their spans."""
+    out = set()
+    for (cluster, part), low, high in files:
+        pair = (cluster, int(part))
+        for lo, hi in spans.get(pair, ()):
+            if low is None or high is None or (low <= hi and lo <= high):
+                out.add(pair)
+                break
+    return out
 
 
 def _append(spark: SparkSession, path: str, rows: DataFrame, commit_metadata: dict[str, Any] | None) -> int:

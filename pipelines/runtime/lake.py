@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from delta.tables import DeltaTable
+from py4j.protocol import Py4JError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -30,6 +31,7 @@ __all__ = [
     "commit_empty",
     "commit_metadata",
     "exists",
+    "file_ranges",
     "insert_new",
     "key_condition",
     "last_commit",
@@ -133,6 +135,33 @@ def any_rows(spark: SparkSession, path: str, where: str) -> bool:
     with a partition and file-statistics predicate, Delta answers it from the few files it keeps."""
     df = read(spark, path, where)
     return df is not None and not df.isEmpty()
+
+
+def file_ranges(
+    spark: SparkSession, path: str, column: str, partition_columns: tuple[str, ...]
+) -> list[tuple[tuple[str, ...], Any, Any]] | None:
+    """(partition values, minimum, maximum of the integer ``column``) of every data file of the table's
+    current version, from the statistics in its Delta log: no data file is read. Minimum and
+    maximum are None for a file written without statistics. None when there is no table, or
+    when the statistics cannot be reached.
+
+    Why not a query: Delta's data skipping cannot pair a partition value with a column range
+    (a filter ``(partition = 1 AND offset BETWEEN ..) OR (partition = 2 AND ..)`` keeps every
+    file whose range meets any partition's span), so a check over many partitions would read
+    most of their files. The snapshot's file list is delta-spark's internal API (``DeltaLog``):
+    a version that changes it makes this return None and the caller query instead."""
+    if not exists(spark, path):
+        return None
+    try:
+        jvm = spark.sparkContext._jvm
+        log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+        snapshot = log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
+        files = DataFrame(snapshot.allFiles().toDF(), spark)
+    except Py4JError:
+        return None
+    stats = [F.get_json_object("stats", f"$.{side}.{column}").cast("long") for side in ("minValues", "maxValues")]
+    parts = [F.col("partitionValues").getItem(c) for c in partition_columns]
+    return [(tuple(r[: len(parts)]), r[-2], r[-1]) for r in files.select(*parts, *stats).collect()]
 
 
 def version(spark: SparkSession, path: str) -> int | None:

@@ -20,6 +20,7 @@ from pipelines.bronze.file_log import (
 )
 from pipelines.bronze.fs import RemoteSegment, crc_at
 from pipelines.bronze.segments_source import ByteRange, read_range
+from pipelines.bronze.sink import spans_meeting_files
 from pipelines.codec.reader import Batch, BytesSource, Record, entry_crc, iter_log
 from pipelines.codec.writer import encode_legacy, encode_v2_batch
 
@@ -290,3 +291,16 @@ def test_entry_crc_is_the_batch_crc(tmp_path: Path, magic: int) -> None:
     path, _ = log_file(tmp_path, data)
     assert crc_at(str(path), batches[-1].position) == batches[-1].crc
     assert entry_crc(BytesSource(data), len(data) - 5) is None  # no header there
+
+
+def test_spans_meet_files_of_their_own_partition_only() -> None:
+    spans = {("c1", 3): [(100, 109)], ("c1", 4): [(0, 9), (50, 59)]}
+    files = [
+        (("c1", "3"), 0, 99),  # below the span
+        (("c1", "4"), 10, 49),  # between the spans
+        (("c2", "3"), 100, 200),  # another cluster
+        (("c1", "5"), 0, 1000),  # another partition
+    ]
+    assert spans_meeting_files(spans, files) == set()
+    assert spans_meeting_files(spans, [*files, (("c1", "4"), 59, 70)]) == {("c1", 4)}
+    assert spans_meeting_files(spans, [*files, (("c1", "3"), None, None)]) == {("c1", 3)}, "no statistics"
