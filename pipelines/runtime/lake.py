@@ -90,7 +90,9 @@ def offset_ranges_predicate(
     of the pair's ``[first, last]`` spans (``false`` for none).
 
     A conjunction of :func:`partitions_predicate` (which Delta prunes files by) and the spans per
-    pair (which Delta's data skipping compares with each file's offset minimum and maximum)."""
+    pair. Delta's data skipping compares the spans with each file's offset minimum and maximum,
+    but cannot pair them with the partition: over several partitions it keeps the files meeting
+    any partition's span (:func:`file_ranges` answers that question precisely)."""
     terms = []
     for (cluster, part), ranges in sorted(spans.items()):
         between = " OR ".join(f"{prefix}{offset_column} BETWEEN {int(lo)} AND {int(hi)}" for lo, hi in sorted(ranges))
