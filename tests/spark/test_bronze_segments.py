@@ -179,7 +179,9 @@ class Increments:
 
 def table_rows(spark, tables) -> set:
     df = spark.read.format("delta").load(tables.path("bronze", "offsets_records"))
-    return {tuple(r) for r in df.select("cluster", "partition", "offset", "content_hash").collect()}
+    rows = [tuple(r) for r in df.select("cluster", "partition", "offset", "content_hash").collect()]
+    assert len(rows) == len({r[:3] for r in rows}), "one row per log position"
+    return set(rows)
 
 
 def log_rows(spark, tables) -> dict[str, Any]:
