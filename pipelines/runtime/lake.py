@@ -159,7 +159,7 @@ def file_ranges(
         log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
         snapshot = log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
         files = DataFrame(snapshot.allFiles().toDF(), spark)
-    except Py4JError:
+    except (Py4JError, AttributeError, TypeError):  # not this delta-spark's API, or not a JVM session
         return None
     stats = [F.get_json_object("stats", f"$.{side}.{column}").cast("long") for side in ("minValues", "maxValues")]
     parts = [F.col("partitionValues").getItem(c) for c in partition_columns]
