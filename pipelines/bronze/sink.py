@@ -7,9 +7,9 @@ kept, the conflict recorded in ``bronze.conflicts``. Read problems land in ``bro
 Nothing here updates or deletes bronze rows.
 
 A source that knows where its rows lie (the segments source: per (cluster, partition) the offset
-spans it read, :class:`Coverage`) gets writes proportional to what it
-read: one cheap query asks whether bronze has any row in those spans; when it has none the rows
-are appended (no join, no MERGE), otherwise the conflict check and the MERGE see only those spans.
+spans it read, :class:`Coverage`) gets writes proportional to what it read: the Delta log's file
+statistics tell whether bronze may hold anything in those spans; when it cannot, the rows are
+appended (no join, no MERGE), otherwise the conflict check and the MERGE see only those spans.
 """
 
 from __future__ import annotations
