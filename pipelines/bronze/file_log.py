@@ -122,7 +122,7 @@ def ranges(plans: Iterable[FilePlan], split_bytes: int) -> list[ByteRange]:
     out = []
     for p in plans:
         seg = p.segment
-        assert seg.partition is not None  # checked when listed (ingest.partition_of)
+        assert seg.partition is not None  # checked when listed (ingest._cluster_of)
         for start in range(p.start, seg.size, split_bytes):
             end = min(start + split_bytes, seg.size)
             out.append(ByteRange(seg.uri, start, end, seg.partition, seg.is_last, seg.index_uri, p.start))
