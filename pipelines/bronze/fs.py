@@ -22,6 +22,7 @@ from typing import Any
 
 from pyarrow import fs
 
+from pipelines.codec.reader import entry_crc
 from pipelines.codec.segments import PARTITION_DIR, SEGMENT_FILE, parse_offset_index
 from pipelines.errors import SourceNotFound
 
@@ -34,6 +35,7 @@ class RemoteSegment:
     base_offset: int | None
     is_last: bool
     index_uri: str | None
+    mtime_ns: int | None = None  # modification time, when the filesystem reports one
 
 
 def _normalise(uri: str) -> str:
@@ -87,7 +89,7 @@ def _glob_matches(path: str, pattern: str) -> bool:
 
 def list_segments(uris: list[str]) -> list[RemoteSegment]:
     """Segment files under the given paths, globs or files, in (directory, base offset) order."""
-    found: dict[str, tuple[int, str, str]] = {}  # path -> (size, uri root, path)
+    found: dict[str, tuple[int, str, int | None]] = {}  # path -> (size, uri root, mtime)
     for raw in uris:
         filesys, path = filesystem(raw)
         glob = any(ch in path for ch in "*?[")
@@ -110,7 +112,7 @@ def list_segments(uris: list[str]) -> list[RemoteSegment]:
             name = posixpath.basename(e.path)
             parent = posixpath.basename(posixpath.dirname(e.path))
             if SEGMENT_FILE.match(name) and (PARTITION_DIR.match(parent) or info.type == fs.FileType.File):
-                found[e.path] = (e.size, raw, e.path)
+                found[e.path] = (e.size, raw, e.mtime_ns)
     by_dir: dict[str, list[tuple[int, str]]] = {}
     for path in found:
         by_dir.setdefault(posixpath.dirname(path), []).append((int(posixpath.basename(path)[:20]), path))
@@ -119,13 +121,11 @@ def list_segments(uris: list[str]) -> list[RemoteSegment]:
         segs = sorted(by_dir[directory])
         m = PARTITION_DIR.match(posixpath.basename(directory))
         for i, (base, path) in enumerate(segs):
-            size, raw, _ = found[path]
+            size, raw, mtime_ns = found[path]
             index = path[:-4] + ".index"
-            out.append(
-                RemoteSegment(
-                    _join(raw, path), size, int(m.group(1)) if m else None, base, i == len(segs) - 1, _join(raw, index)
-                )
-            )
+            partition = int(m.group(1)) if m else None
+            uri, index_uri = _join(raw, path), _join(raw, index)
+            out.append(RemoteSegment(uri, size, partition, base, i == len(segs) - 1, index_uri, mtime_ns))
     return out
 
 
@@ -154,3 +154,12 @@ def read_index_positions(uri: str | None) -> list[int]:
         return []
     with filesys.open_input_file(path) as fh:
         return [pos for _, pos in parse_offset_index(fh.read())]
+
+
+def crc_at(uri: str, position: int) -> int | None:
+    """The CRC stored in the header of the entry at ``position`` of a file (one small read)."""
+    src = ArrowFileSource(uri)
+    try:
+        return entry_crc(src, position)
+    finally:
+        src.close()

@@ -5,28 +5,33 @@ to the sink (pipelines/bronze/sink.py: insert-only MERGE, conflicts, read issues
 killed at any point and re-run gives the same table: the data and what it implies about
 progress land in the same Delta commit. The Kafka source's read positions (its end offsets,
 which can lie past the last returned record) are stored in that very commit's metadata
-(pipelines/bronze/kafka_source.py).
+(pipelines/bronze/kafka_source.py). The segments source reads only what its ingestion log
+(pipelines/bronze/file_log.py) has not seen, and writes the log after the data commit.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from pyspark import StorageLevel
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from pipelines.bronze import file_log
 from pipelines.bronze.dump_source import ingest_dump
-from pipelines.bronze.fs import list_segments
+from pipelines.bronze.fs import RemoteSegment, crc_at, list_segments
 from pipelines.bronze.kafka_source import ingest_kafka
-from pipelines.bronze.segments_source import cluster_for, register
+from pipelines.bronze.segments_source import PROGRESS_COLUMNS, ByteRange, cluster_for, register
 from pipelines.bronze.sink import IngestResult, merge_issues, merge_records
-from pipelines.errors import SourceNotFound
+from pipelines.errors import InputError, SourceNotFound
 from pipelines.runtime.config import DumpSource, KafkaSource, SegmentsSource
 
 if TYPE_CHECKING:
     from pipelines.runtime.tables import Tables
+
+PROGRESS_ROW = ("cluster", "partition", "source_uri", *PROGRESS_COLUMNS)
 
 
 # -- sources ------------------------------------------------------------------------------------------
@@ -39,11 +44,44 @@ def ingest_segments(
     segments = list_segments(paths)  # fails fast, on the driver, with one clear line for a missing path
     if not segments:
         raise SourceNotFound(f"source {name}: no __consumer_offsets segment files under {', '.join(paths)}")
-    for seg in segments:
-        cluster_for(seg.uri, source.cluster, source.cluster_from_path)
+    listed = [(seg, _cluster_of(seg, source)) for seg in segments]
+    tables.ensure("bronze", "ingested_files")
+    log_path = tables.path("bronze", "ingested_files")
+    logged = file_log.load(spark, log_path, name)
+    plans = file_log.plan_files(listed, logged, crc_at)
+    ranges = file_log.ranges(plans, source.split_bytes)
+    result = IngestResult(name, source.cluster, "segments")
+    result.files = file_log.counts(plans)
+    result.bytes_read = sum(r.end - r.start for r in ranges)
+    progress = _read(spark, tables, name, source, run_id, ranges, result) if ranges else []
+    after = file_log.logged_after(plans, progress, name, run_id)
+    if file_log.changed(logged, after):  # after the data commit: a run killed before it reads again
+        file_log.save(spark, log_path, name, after, tables.spec("bronze", "ingested_files").struct())
+    return result
+
+
+def _cluster_of(seg: RemoteSegment, source: SegmentsSource) -> str:
+    if seg.partition is None:
+        raise InputError(
+            f"{seg.uri}: cannot tell its __consumer_offsets partition "
+            "(segments must sit in __consumer_offsets-<N> directories)"
+        )
+    return cluster_for(seg.uri, source.cluster, source.cluster_from_path)
+
+
+def _read(
+    spark: SparkSession,
+    tables: Tables,
+    name: str,
+    source: SegmentsSource,
+    run_id: str,
+    ranges: list[ByteRange],
+    result: IngestResult,
+) -> list[dict[str, Any]]:
+    """Read the byte ranges into bronze (records, read issues); returns the ranges' progress rows."""
     raw = (
         spark.read.format("kafka_segments")
-        .option("paths", json.dumps(paths))
+        .option("ranges", json.dumps([asdict(r) for r in ranges]))
         .option("cluster", source.cluster)
         .option("split_bytes", str(source.split_bytes))
         .option("cluster_from_path", source.cluster_from_path or "")
@@ -51,7 +89,8 @@ def ingest_segments(
     )
     raw = raw.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        result = IngestResult(name, source.cluster, "segments")
+        progress = [r.asDict() for r in raw.where("row_kind = 'progress'").select(*PROGRESS_ROW).collect()]
+        coverage = file_log.coverage(progress)
         records = (
             raw.where("row_kind = 'record'")
             .withColumn("resolved_by_broker", F.lit(False))
@@ -75,13 +114,15 @@ def ingest_segments(
         result.issues = [r.asDict() for r in issues.drop("detected_at").collect()]
         if result.issues:
             merge_issues(spark, tables, issues)
-        result.rows_read = records.count()
-        result.rows_inserted, result.conflicts = merge_records(
-            spark, tables, records, run_id, {"run_id": run_id, "source": name, "kind": "segments"}
-        )
+        result.rows_read = coverage.records
+        if coverage.records:
+            meta = {"run_id": run_id, "source": name, "kind": "segments"}
+            result.rows_inserted, result.conflicts = merge_records(
+                spark, tables, records, run_id, meta, coverage=coverage
+            )
     finally:
         raw.unpersist()
-    return result
+    return progress
 
 
 def ingest_source(

@@ -616,6 +616,21 @@ def find_batch_start(source: ByteSource, target: int, hints: list[int] | tuple =
     return pos if target <= pos < source.size else None
 
 
+def entry_crc(source: ByteSource, position: int) -> int | None:
+    """The CRC stored in the header of the entry at ``position`` (a batch boundary), or None when
+    no entry header is there. A cheap fingerprint of a batch already read: a v2 batch's CRC covers
+    its attributes and records, a legacy message's its magic, attributes, key and value."""
+    head = source.read_at(position, PREFIX + 4)
+    if len(head) < PREFIX:
+        return None
+    magic = head[16]
+    if magic == 2 and len(head) == PREFIX + 4:
+        return struct.unpack_from(">I", head, PREFIX)[0]
+    if magic in (0, 1):
+        return struct.unpack_from(">I", head, LOG_OVERHEAD)[0]
+    return None
+
+
 def _plausible_header(source: ByteSource, pos: int) -> bool:
     head = source.read_at(pos, PREFIX)
     if len(head) < PREFIX:

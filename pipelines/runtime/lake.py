@@ -13,12 +13,13 @@ Creating and registering a table (its declared columns, partitioning and propert
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
 from delta.tables import DeltaTable
+from py4j.protocol import Py4JError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -26,19 +27,23 @@ from pyspark.util import inheritable_thread_target
 
 __all__ = [
     "METADATA_CONF",
+    "any_rows",
     "append",
+    "append_counted",
     "changes",
     "commit_empty",
     "commit_info",
     "commit_metadata",
     "drop",
     "exists",
+    "file_ranges",
     "in_parallel",
     "insert_new",
     "key_condition",
     "last_commit",
     "latest_metadata",
     "merge",
+    "offset_ranges_predicate",
     "partition_columns",
     "partitions_predicate",
     "properties",
@@ -86,6 +91,34 @@ def partitions_predicate(pairs: Iterable[tuple[str, int]], prefix: str = "", col
     )
 
 
+def offset_ranges_predicate(
+    spans: Mapping[tuple[str, int], Iterable[tuple[int, int]]],
+    prefix: str = "",
+    partition_column: str = "partition",
+    offset_column: str = "offset",
+) -> str:
+    """SQL predicate selecting the rows of these (cluster, partition) pairs whose offset lies in one
+    of the pair's ``[first, last]`` spans (``false`` for none).
+
+    A conjunction of :func:`partitions_predicate` (which Delta prunes files by) and the spans per
+    pair. Delta's data skipping compares the spans with each file's offset minimum and maximum,
+    but cannot pair them with the partition: over several partitions it keeps the files meeting
+    any partition's span (:func:`file_ranges` answers that question precisely)."""
+    terms = []
+    for (cluster, part), ranges in sorted(spans.items()):
+        between = " OR ".join(f"{prefix}{offset_column} BETWEEN {int(lo)} AND {int(hi)}" for lo, hi in sorted(ranges))
+        if between:
+            terms.append(
+                f"({prefix}cluster = {sql_str(cluster)} AND {prefix}{partition_column} = {int(part)} AND ({between}))"
+            )
+    if not terms:
+        return "false"
+    pairs = partitions_predicate(
+        [pair for pair, ranges in spans.items() if list(ranges)], prefix=prefix, column=partition_column
+    )
+    return f"({pairs}) AND ({' OR '.join(terms)})"
+
+
 def key_condition(key: Iterable[str], op: str = "=", left: str = "t", right: str = "s") -> str:
     """``t.k1 = s.k1 AND t.k2 = s.k2``: a MERGE or join condition on key columns."""
     return " AND ".join(f"{left}.{k} {op} {right}.{k}" for k in key)
@@ -117,6 +150,37 @@ def _snapshot(spark: SparkSession, path: str) -> Any:
     log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)  # type: ignore[attr-defined]
     none = jvm.scala.Option.empty()
     return log.update(False, none, none)
+
+
+def any_rows(spark: SparkSession, path: str, where: str) -> bool:
+    """Whether the table at ``path`` has a row matching ``where`` (False when there is no table):
+    with a partition and file-statistics predicate, Delta answers it from the few files it keeps."""
+    df = read(spark, path, where)
+    return df is not None and not df.isEmpty()
+
+
+def file_ranges(
+    spark: SparkSession, path: str, column: str, partition_columns: tuple[str, ...]
+) -> list[tuple[tuple[str, ...], Any, Any]] | None:
+    """(partition values, minimum, maximum of the integer ``column``) of every data file of the table's
+    current version, from the statistics in its Delta log: no data file is read. Minimum and
+    maximum are None for a file written without statistics. None when there is no table, or
+    when the statistics cannot be reached.
+
+    Why not a query: Delta's data skipping cannot pair a partition value with a column range
+    (a filter ``(partition = 1 AND offset BETWEEN ..) OR (partition = 2 AND ..)`` keeps every
+    file whose range meets any partition's span), so a check over many partitions would read
+    most of their files. The snapshot's file list is delta-spark's internal API (``DeltaLog``):
+    a version that changes it makes this return None and the caller query instead."""
+    if not exists(spark, path):
+        return None
+    try:
+        files = DataFrame(_snapshot(spark, path).allFiles().toDF(), spark)
+    except (Py4JError, AttributeError, TypeError):  # not this delta-spark's API, or not a JVM session
+        return None
+    stats = [F.get_json_object("stats", f"$.{side}.{column}").cast("long") for side in ("minValues", "maxValues")]
+    parts = [F.col("partitionValues").getItem(c) for c in partition_columns]
+    return [(tuple(r[: len(parts)]), r[-2], r[-1]) for r in files.select(*parts, *stats).collect()]
 
 
 def version(spark: SparkSession, path: str) -> int | None:
@@ -225,6 +289,17 @@ def append(frame: DataFrame, path: str) -> None:
     frame.write.format("delta").mode("append").save(path)
 
 
+def append_counted(spark: SparkSession, path: str, frame: DataFrame) -> int:
+    """:func:`append`, returning the rows written (the commit's ``numOutputRows``; no commit and 0
+    when there is nothing to write)."""
+    before = version(spark, path)
+    append(frame, path)
+    commit = last_commit(spark, path)
+    if before is not None and int(commit["version"]) == before:
+        return 0
+    return int((commit["operationMetrics"] or {}).get("numOutputRows", 0))
+
+
 def insert_new(
     spark: SparkSession,
     path: str,
@@ -232,15 +307,20 @@ def insert_new(
     key: Iterable[str],
     partitions: Iterable[tuple[str, int]] | None = None,
     partition_column: str = "offsets_partition",
+    target_where: str | None = None,
 ) -> int:
     """Insert-only MERGE on ``key``: rows whose key is already in the table are skipped, so the
     same input written twice is written once. ``partitions`` restricts the target side to those
-    (cluster, partition) pairs, so Delta reads only their files. Returns the rows inserted (a
-    MERGE inserting nothing writes no table version)."""
+    (cluster, partition) pairs, so Delta reads only their files; ``target_where`` (a predicate on
+    target columns prefixed ``t.``, e.g. :func:`offset_ranges_predicate`) restricts it further.
+    The caller guarantees no row of ``frame`` has its key outside the restriction. Returns the
+    rows inserted (a MERGE inserting nothing writes no table version)."""
     cond = key_condition(key)
     pairs = list(partitions or ())
     if pairs:
         cond += f" AND ({partitions_predicate(pairs, prefix='t.', column=partition_column)})"
+    if target_where is not None:
+        cond += f" AND ({target_where})"
     metrics = DeltaTable.forPath(spark, path).alias("t").merge(frame.alias("s"), cond).whenNotMatchedInsertAll()
     return int(metrics.execute().collect()[0]["num_inserted_rows"])
 

@@ -33,7 +33,9 @@ def config(tmp_path: Path, logs: Path) -> Path:
 
 def table(spark, root: Path) -> set:
     df = spark.read.format("delta").load(str(root / "lakehouse" / "bronze" / "offsets_records"))
-    return {tuple(r) for r in df.select(*COLUMNS).collect()}
+    rows = [tuple(r) for r in df.select(*COLUMNS).collect()]
+    assert len(rows) == len({r[:3] for r in rows}), "one row per log position: nothing inserted twice"
+    return set(rows)
 
 
 @pytest.fixture(scope="module")

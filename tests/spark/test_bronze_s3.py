@@ -95,6 +95,7 @@ def test_listing_over_s3_equals_local(store: Store, monkeypatch: pytest.MonkeyPa
     local_real = _relative(list_segments([str(store.real)]), str(store.real))
     assert max(Counter(p for _, _, p, *_ in local_gen).values()) >= 3, "want several segments per partition"
     assert _relative(list_segments([f"{base}/gen"]), f"{base}/gen") == local_gen
+    assert all(s.mtime_ns for s in list_segments([f"{base}/gen"])), "the ingestion log compares modification times"
     assert _relative(list_segments([f"{base}/real"]), f"{base}/real") == local_real
     # s3a:// is an alias; globs naming log directories and partition directories
     assert _relative(list_segments([f"s3a://{BUCKET}/{PREFIX}/gen/"]), f"s3://{BUCKET}/{PREFIX}/gen") == local_gen

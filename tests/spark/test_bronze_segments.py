@@ -2,18 +2,27 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from bench.common import Split, split_log
+from pipelines.bronze import file_log
 from pipelines.bronze.ingest import ingest_segments
+from pipelines.bronze.sink import IngestResult
+from pipelines.codec.reader import Batch, Record, iter_log
 from pipelines.codec.segments import discover
+from pipelines.codec.writer import encode_batch, encode_v2_batch
 from pipelines.generate import generate
 from pipelines.inspect import inspect_segment, iter_record_json
 from pipelines.runtime import lake
 from pipelines.runtime.config import SegmentsSource
+from pipelines.runtime.tables import Tables
 from tests.conftest import real_segments_dir
 
 RUN = "test-run"
@@ -67,6 +76,7 @@ def test_real_segments_every_cluster_and_partition(spark, tables) -> None:
     v = version(spark, tables)
     again = ingest_segments(spark, tables, "real", src, "second-run", "/")
     assert again.rows_inserted == 0 and again.conflicts == 0
+    assert again.rows_read == again.bytes_read == 0 and again.files["unchanged"] == 268, "nothing is read again"
     assert version(spark, tables) == v, "a re-run writes no new version"
     assert bronze_counts(spark, tables) == expected
 
@@ -83,17 +93,18 @@ def test_generated_split_into_small_byte_ranges(spark, tables, generated: Path) 
     assert df.select("magic").distinct().count() == 3
 
 
-def test_overlap_and_conflicts(spark, tables, generated: Path, tmp_path: Path) -> None:
+def test_overlap_and_conflicts(spark, tables, generated: Path, tmp_path: Path, monkeypatch) -> None:
     part = next(d for d in sorted(generated.glob("__consumer_offsets-*")) if list(d.glob("*.log")))
     copy = tmp_path / "copy" / part.name
     shutil.copytree(part, copy)
     first = ingest_segments(spark, tables, "a", source([str(part)]), RUN, "/")
-    # the same partition again, from another copy: nothing new
-    assert ingest_segments(spark, tables, "b", source([str(copy.parent)]), RUN, "/").rows_inserted == 0
+    # the same partition again, from another copy: nothing new (found by the overlap check's
+    # fallback query, as when the Delta log's file statistics cannot be read)
+    with monkeypatch.context() as m:
+        m.setattr(lake, "file_ranges", lambda *args: None)
+        again = ingest_segments(spark, tables, "b", source([str(copy.parent)]), RUN, "/")
+    assert again.rows_read > 0 and again.rows_inserted == 0 and again.conflicts == 0
     # a copy whose first batch carries different bytes at the same offsets: conflicts, first kept
-    from pipelines.codec.reader import Batch, Record, iter_log
-    from pipelines.codec.writer import encode_v2_batch
-
     seg = sorted(copy.glob("*.log"))[0]
     data = seg.read_bytes()
     b0 = next(b for b in iter_log(data) if isinstance(b, Batch))
@@ -146,3 +157,185 @@ def test_delta_schema_matches_declaration(spark, tables, generated: Path) -> Non
         ]
         detail = spark.sql(f"DESCRIBE DETAIL delta.`{tables.path('bronze', table)}`").collect()[0]
         assert list(detail["partitionColumns"]) == list(spec.partitioned_by)
+
+
+# -- the ingestion log: a run reads only what is new -----------------------------------------------------
+@dataclass
+class Increments:
+    """One lakehouse fed a growing log, run by run (the module's shared lakehouse)."""
+
+    spark: Any
+    tables: Tables
+    split: Split
+    runs: dict[str, IngestResult] = field(default_factory=dict)
+    versions: dict[str, int | None] = field(default_factory=dict)
+    sizes: dict[Path, int] = field(default_factory=dict)  # segment sizes before the increment
+
+    def ingest(self, label: str) -> IngestResult:
+        res = ingest_segments(self.spark, self.tables, "live", source([str(self.split.source)]), label, "/")
+        self.runs[label] = res
+        self.versions[label] = version(self.spark, self.tables)
+        return res
+
+    def rows(self) -> set:
+        return table_rows(self.spark, self.tables)
+
+
+def table_rows(spark, tables) -> set:
+    df = spark.read.format("delta").load(tables.path("bronze", "offsets_records"))
+    rows = [tuple(r) for r in df.select("cluster", "partition", "offset", "content_hash").collect()]
+    assert len(rows) == len({r[:3] for r in rows}), "one row per log position"
+    return set(rows)
+
+
+def log_rows(spark, tables) -> dict[str, Any]:
+    df = spark.read.format("delta").load(tables.path("bronze", "ingested_files"))
+    return {r["file_uri"]: r for r in df.collect()}
+
+
+@pytest.fixture(scope="module")
+def increments(spark, generated: Path, tmp_path_factory: pytest.TempPathFactory) -> Increments:
+    """The generated log as its broker had it before its last 10 % (a private copy: the tests
+    below change its files), ingested once, then again with nothing new."""
+    work = tmp_path_factory.mktemp("increments")
+    shutil.copytree(generated, work / "logs")
+    split = split_log(work / "logs", work / "source", 10)
+    assert split.grown and split.new, "the increment both grows active segments and rolls new ones"
+    inc = Increments(spark, Tables(spark, str(work / "lakehouse")), split)
+    inc.ingest("base")
+    inc.ingest("again")
+    return inc
+
+
+@pytest.fixture(scope="module")
+def grown(increments: Increments, tmp_path_factory: pytest.TempPathFactory) -> tuple[Increments, set]:
+    """The held-back bytes appended and the later segments rolled in, ingested; and bronze from a
+    from-scratch ingest of the final files."""
+    increments.sizes = {p: p.stat().st_size for p in increments.split.source.rglob("*.log")}
+    increments.split.grow()
+    increments.ingest("grown")
+    scratch = Tables(increments.spark, str(tmp_path_factory.mktemp("scratch") / "lakehouse"))
+    src = source([str(increments.split.source)])
+    ingest_segments(increments.spark, scratch, "scratch", src, "scratch", "/")
+    return increments, table_rows(increments.spark, scratch)
+
+
+def test_rerun_reads_nothing_and_commits_nothing(increments: Increments) -> None:
+    base, again = increments.runs["base"], increments.runs["again"]
+    files = len(list(increments.split.source.rglob("*.log")))
+    assert base.files == {"new": files, "unchanged": 0, "grown": 0, "replaced": 0}
+    assert base.rows_inserted == base.rows_read == increments.split.records - increments.split.held_back
+    assert again.files == {"new": 0, "unchanged": files, "grown": 0, "replaced": 0}
+    assert again.rows_read == again.bytes_read == again.rows_inserted == 0
+    assert increments.versions["again"] == increments.versions["base"], "no commit to offsets_records"
+    # a first load is an append, not a MERGE
+    commit = lake.last_commit(increments.spark, increments.tables.path("bronze", "offsets_records"))
+    assert commit["operation"] == "WRITE"
+
+
+def test_grown_tails_are_read_from_where_the_last_run_stopped(grown: tuple[Increments, set]) -> None:
+    inc, scratch = grown
+    res, split = inc.runs["grown"], inc.split
+    before = inc.sizes
+    new_bytes = sum(p.stat().st_size for p in split.new)
+    tail_bytes = sum(p.stat().st_size - before[p] for p in split.grown)
+    assert res.files["grown"] == len(split.grown) and res.files["new"] == len(split.new)
+    assert res.bytes_read == tail_bytes + new_bytes, "only the appended bytes and the new segments"
+    assert res.rows_read == res.rows_inserted == split.held_back and res.conflicts == 0
+    commit = lake.last_commit(inc.spark, inc.tables.path("bronze", "offsets_records"))
+    assert commit["operation"] == "WRITE", "nothing of it was in bronze: appended"
+    assert inc.rows() == scratch, "the same table as a from-scratch ingest of the final files"
+    # the overlap check's file statistics (not its fallback query) bound every partition's offsets
+    path = inc.tables.path("bronze", "offsets_records")
+    files = lake.file_ranges(inc.spark, path, "offset", ("cluster", "partition"))
+    assert files is not None and all(low is not None for _, low, _ in files)
+    bounds: dict[tuple, tuple[int, int]] = {}
+    for (cluster, part), low, high in files:
+        lo, hi = bounds.get((cluster, int(part)), (low, high))
+        bounds[(cluster, int(part))] = (min(lo, low), max(hi, high))
+    actual = inc.spark.read.format("delta").load(path).groupBy("cluster", "partition").agg({"offset": "min"})
+    assert {(r[0], r[1]) for r in actual.collect()} == set(bounds)
+    for c, p, offset, _ in scratch:
+        assert bounds[(c, p)][0] <= offset <= bounds[(c, p)][1]
+    logged = log_rows(inc.spark, inc.tables)
+    for path in split.grown:
+        row = logged[str(path)]
+        assert (row["action"], row["size"], row["consumed_bytes"]) == ("grown", path.stat().st_size, row["size"])
+
+
+def test_a_torn_tail_is_picked_up_when_it_completes(grown: tuple[Increments, set]) -> None:
+    inc, _ = grown
+    seg = max(inc.split.source.rglob("*.log"), key=lambda p: (p.parent.name, p.name))  # a partition's last
+    last = [b for b in iter_log(seg.read_bytes()) if isinstance(b, Batch)][-1].last_offset
+    batch = encode_v2_batch([Record(last + 1 + i, 1, b"torn-key", b"v%d" % i) for i in range(3)], base_offset=last + 1)
+    size = seg.stat().st_size
+    with seg.open("ab") as fh:
+        fh.write(batch[:40])
+    torn = inc.ingest("torn")
+    assert torn.files["grown"] == 1 and torn.bytes_read == 40 and torn.rows_read == 0
+    assert [(i["kind"], i["position"]) for i in torn.issues] == [("torn_tail", size)]
+    assert log_rows(inc.spark, inc.tables)[str(seg)]["consumed_bytes"] == size, "the torn tail is read again"
+    with seg.open("ab") as fh:
+        fh.write(batch[40:])
+    done = inc.ingest("completed")
+    assert done.bytes_read == len(batch) and done.rows_read == done.rows_inserted == 3 and not done.issues
+    assert inc.versions["completed"] == inc.versions["torn"] + 1
+
+
+def test_a_replaced_segment_is_read_again_within_its_partition(grown: tuple[Increments, set], monkeypatch) -> None:
+    """The log cleaner swaps in a compacted copy of a rolled segment: every other batch kept, one
+    of them with other bytes at the same offsets (a conflict, recorded; bronze keeps the first)."""
+    inc, _ = grown
+    seg = next(p for p in sorted(inc.split.source.rglob("*.log")) if p != sorted(p.parent.glob("*.log"))[-1])
+    batches = [b for b in iter_log(seg.read_bytes()) if isinstance(b, Batch)][::2]
+    forged = batches[1]
+    data = b"".join(encode_batch(b) for b in batches if b is not forged)
+    data += encode_v2_batch(
+        [Record(r.offset, r.timestamp, r.key, b"compacted differently") for r in forged.records or ()],
+        base_offset=forged.base_offset,
+    )
+    fresh = seg.with_suffix(".log.swap")
+    fresh.write_bytes(data)
+    os.replace(fresh, seg)  # as the cleaner does: a new file under the old name
+    before = inc.rows()
+    targets: list[str | None] = []
+    insert_new = lake.insert_new
+
+    def recording(*args, **kw):
+        targets.append(kw.get("target_where"))
+        return insert_new(*args, **kw)
+
+    monkeypatch.setattr(lake, "insert_new", recording)
+    res = inc.ingest("replaced")
+    assert res.files["replaced"] == 1 and res.bytes_read == len(data)
+    assert res.rows_inserted == 0 and res.conflicts == len(forged.records or ())
+    assert inc.rows() == before
+    part = int(seg.parent.name.rsplit("-", 1)[1])
+    [where] = [t for t in targets if t and "offset BETWEEN" in t]
+    assert f"t.partition IN ({part}))" in where and where.count("t.partition =") == 1, where
+    conflicts = inc.spark.read.format("delta").load(inc.tables.path("bronze", "conflicts"))
+    assert conflicts.where(f"run_id = 'replaced' AND partition = {part}").count() == res.conflicts
+
+
+def test_a_run_killed_before_its_file_log_reruns_to_the_same_table(grown: tuple[Increments, set], monkeypatch) -> None:
+    inc, _ = grown
+    inc.versions["quiet-before"] = version(inc.spark, inc.tables)
+    seg = max(inc.split.source.rglob("*.log"), key=lambda p: (p.parent.name, p.name))
+    last = [b for b in iter_log(seg.read_bytes()) if isinstance(b, Batch)][-1].last_offset
+    with seg.open("ab") as fh:
+        fh.write(encode_v2_batch([Record(last + 1, 1, b"k", b"after")], base_offset=last + 1))
+
+    def killed(*args, **kw):
+        raise KeyboardInterrupt("killed after the data commit, before the file log")
+
+    with monkeypatch.context() as m:
+        m.setattr(file_log, "save", killed)
+        with pytest.raises(KeyboardInterrupt):
+            inc.ingest("killed")
+    committed = inc.rows()
+    assert version(inc.spark, inc.tables) == inc.versions["quiet-before"] + 1, "the data commit was made"
+    assert ("c1", int(seg.parent.name.rsplit("-", 1)[1]), last + 1) in {r[:3] for r in committed}
+    rerun = inc.ingest("rerun")
+    assert rerun.rows_read == 1 and rerun.rows_inserted == 0 and rerun.conflicts == 0
+    assert inc.rows() == committed
+    assert inc.ingest("quiet").rows_read == 0, "the file log caught up"

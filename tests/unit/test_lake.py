@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipelines.runtime.lake import key_condition, partitions_predicate, sql_in_list, sql_str
+from pipelines.runtime.lake import key_condition, offset_ranges_predicate, partitions_predicate, sql_in_list, sql_str
 
 
 def test_sql_str_quotes_and_escapes() -> None:
@@ -29,3 +29,14 @@ def test_partitions_predicate_selects_exactly_the_pairs() -> None:
 def test_key_condition_joins_every_key_column() -> None:
     assert key_condition(["cluster", "partition"]) == "t.cluster = s.cluster AND t.partition = s.partition"
     assert key_condition(("k",), "<=>", "s", "t") == "s.k <=> t.k"
+
+
+def test_offset_ranges_predicate_prunes_by_partition_then_offsets() -> None:
+    assert offset_ranges_predicate({}) == "false"
+    assert offset_ranges_predicate({("c", 1): []}) == "false"
+    pred = offset_ranges_predicate({("c2", 7): [(5, 9)], ("c1", 3): [(40, 49), (0, 9)]}, prefix="t.")
+    assert pred == (
+        "((t.cluster = 'c1' AND t.partition IN (3)) OR (t.cluster = 'c2' AND t.partition IN (7))) AND ("
+        "(t.cluster = 'c1' AND t.partition = 3 AND (t.offset BETWEEN 0 AND 9 OR t.offset BETWEEN 40 AND 49))"
+        " OR (t.cluster = 'c2' AND t.partition = 7 AND (t.offset BETWEEN 5 AND 9)))"
+    )
