@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -91,9 +90,15 @@ def _struct_ddl(tables: Tables, table: str) -> str:
     return "struct<" + ",".join(f"`{c.name}`:{c.type}" for c in _payload(tables, table)) + ">"
 
 
-def _output_ddl(tables: Tables) -> str:
-    parts = [f"`{t}` {_struct_ddl(tables, t)}" for t in GOLD_TABLES]
-    return ", ".join(["cluster string", "offsets_partition int", *parts, f"progress {PROGRESS}"])
+# the replay's output: per processed partition and table, its rows as one Arrow IPC stream — a few
+# rows per partition to cache, and each table's write reads only its own (one row per gold row
+# with every table's columns made each write scan all of them)
+OUTPUT_DDL = "cluster string, offsets_partition int, table string, rows bigint, data binary"
+PROGRESS_TABLE = "progress"
+
+
+def _arrow_schema(tables: Tables, table: str) -> pa.Schema:
+    return pa.schema([pa.field(c.name, arrow_type(c.type)) for c in tables.spec("gold", table).columns])
 
 
 def _state_frame(spark: SparkSession, tables: Tables, plan: Plan) -> DataFrame:
@@ -128,9 +133,8 @@ def _flatten(state: pa.Table, table: str) -> pa.Table | None:
     return pa.Table.from_struct_array(rows.column(table).combine_chunks())
 
 
-def _replay_function(run_id: str, retention_ms: int, soft_delete_ms: int | None, schema: pa.Schema):
+def _replay_function(run_id: str, retention_ms: int, soft_delete_ms: int | None, schemas: dict[str, pa.Schema]):
     """The co-grouped function run in Spark tasks: Arrow in, Arrow out, one partition a call."""
-    structs = {t: schema.field(t).type for t in (*GOLD_TABLES, "progress")}
 
     def run(events: pa.Table, state: pa.Table) -> pa.Table:
         first = events if events.num_rows else state
@@ -151,35 +155,63 @@ def _replay_function(run_id: str, retention_ms: int, soft_delete_ms: int | None,
         out = PartitionReplay(inp, run_id, retention_ms, soft_delete_ms).run()
         done = pa.table(
             {
-                "applied_offset": [out.applied_offset],
-                "events": [out.events],
-                "log_now": [out.log_now],
-                "purged": [out.purged],
+                "applied_offset": pa.array([out.applied_offset], pa.int64()),
+                "events": pa.array([out.events], pa.int64()),
+                "log_now": pa.array([out.log_now], pa.int64()),
+                "purged": pa.array([out.purged], pa.int64()),
             }
         )
-        return _stack(cluster, part, {**out.tables, "progress": done}, structs)
+        tables = {t: _with_partition(out.tables[t], cluster, part, schema) for t, schema in schemas.items()}
+        tables[PROGRESS_TABLE] = done
+        n = len(tables)
+        return pa.table(
+            {
+                "cluster": pa.array([cluster] * n, pa.string()),
+                "offsets_partition": pa.array([part] * n, pa.int32()),
+                "table": pa.array(list(tables), pa.string()),
+                "rows": pa.array([t.num_rows for t in tables.values()], pa.int64()),
+                "data": pa.array([_ipc(t) for t in tables.values()], pa.binary()),
+            }
+        )
 
     return run
 
 
-def _stack(cluster: str, part: int, parts: dict[str, pa.Table], structs: dict[str, pa.DataType]) -> pa.Table:
-    """One table of the per-table rows: a struct column per table, null outside its own rows."""
-    sizes = {t: parts[t].num_rows for t in structs}
-    total = sum(sizes.values())
-    columns: dict[str, pa.Array] = {
-        "cluster": pa.array([cluster] * total, pa.string()),
-        "offsets_partition": pa.array([part] * total, pa.int32()),
-    }
-    before = 0
-    for table, stype in structs.items():
-        rows = parts[table]
-        fields = [rows.column(f.name).cast(f.type).combine_chunks() if f.name in rows.column_names
-                  else pa.nulls(rows.num_rows, f.type) for f in stype]  # fmt: skip
-        mine = pa.StructArray.from_arrays(fields, fields=list(stype))
-        after = total - before - rows.num_rows
-        columns[table] = pa.concat_arrays([pa.nulls(before, stype), mine, pa.nulls(after, stype)])
-        before += rows.num_rows
-    return pa.table(columns)
+def _with_partition(rows: pa.Table, cluster: str, part: int, schema: pa.Schema) -> pa.Table:
+    """A gold table's rows of one partition in its declared columns and types."""
+    n = rows.num_rows
+    cols = []
+    for f in schema:
+        if f.name == "cluster":
+            cols.append(pa.array([cluster] * n, f.type))
+        elif f.name == "offsets_partition":
+            cols.append(pa.array([part] * n, f.type))
+        else:
+            cols.append(rows.column(f.name).cast(f.type))
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
+def _ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def _unpack(batches):  # Iterator[pa.RecordBatch] -> Iterator[pa.RecordBatch]
+    """mapInArrow body: the rows of the IPC streams in the ``data`` column."""
+    for batch in batches:
+        for blob in batch.column("data").to_pylist():
+            yield from pa.ipc.open_stream(blob)
+
+
+def _progress_of(out: DataFrame) -> dict[tuple[str, int], dict[str, Any]]:
+    """Per processed partition: applied offset, events, log time, soft deletes purged."""
+    done = {}
+    for r in out.where(F.col("table") == PROGRESS_TABLE).select(*PART, "data").collect():
+        [row] = pa.ipc.open_stream(r["data"]).read_all().to_pylist()
+        done[(r["cluster"], r["offsets_partition"])] = row
+    return done
 
 
 def _write(spark: SparkSession, tables: Tables, out: DataFrame, plan: Plan) -> dict[str, int]:
@@ -195,8 +227,9 @@ def _write(spark: SparkSession, tables: Tables, out: DataFrame, plan: Plan) -> d
     names = topic_names(spark, tables).persist() if plan.pairs else None
 
     def write(table: str) -> None:
-        columns = [c.name for c in tables.spec("gold", table).columns]
-        rows = out.where(F.col(table).isNotNull()).select(*PART, f"{table}.*").select(*columns)
+        ddl = tables.spec("gold", table).ddl_columns()
+        # one task per partition's rows: one file per partition (each file has a fixed cost)
+        rows = out.where(F.col("table") == table).select("data").mapInArrow(_unpack, ddl)
         if table == MEMBERS and names is not None:
             rows = fill_topic_names(rows, list(NAMED_ARRAYS), names)
         lake.replace_where(rows, tables.path("gold", table), predicates[table])
@@ -266,29 +299,28 @@ def run_gold(
     result.partitions_recomputed = len(plan.full)
     result.partitions_incremental = len(plan.incremental)
     result.recomputed = [f"{c}/{p}: {why}" for (c, p), why in sorted(plan.why.items())]
-    schema = pa.schema([pa.field(name.strip("`"), arrow_type(ddl)) for name, ddl in _split_ddl(_output_ddl(tables))])
+    schemas = {t: _arrow_schema(tables, t) for t in GOLD_TABLES}
     soft_ms = None if soft_delete_retention_days is None else int(soft_delete_retention_days * 86_400_000)
     events = events_frame(spark, tables, plan.replay_predicate())
     state = _state_frame(spark, tables, plan)
-    out = (
+    replayed = (
         events.groupBy(*PART)
         .cogroup(state.groupBy(*PART))
-        .applyInArrow(_replay_function(run_id, retention_ms, soft_ms, schema), _output_ddl(tables))
-        .persist(StorageLevel.MEMORY_AND_DISK)
+        .applyInArrow(_replay_function(run_id, retention_ms, soft_ms, schemas), OUTPUT_DDL)
     )
+    with result.step("read events and replay"):
+        # a checkpoint, not a cache: the replay read the gold tables it is about to write, and
+        # Spark re-computes cached plans over a table written to (each write would replay again,
+        # on the tables as the earlier writes left them)
+        out = replayed.localCheckpoint(eager=True)
     try:
-        with result.step("read events and replay"):
-            counts = out.agg(
-                *[F.count(t).alias(t) for t in GOLD_TABLES],
-                F.coalesce(F.sum("progress.events"), F.lit(0)).alias("events"),
-                F.coalesce(F.sum("progress.purged"), F.lit(0)).alias("purged"),
-            ).collect()[0]
-            done = {
-                (r["cluster"], r["offsets_partition"]): r["progress"].asDict()
-                for r in out.where("progress IS NOT NULL").select(*PART, "progress").collect()
-            }
-        result.events, result.purged = int(counts["events"]), int(counts["purged"])
-        result.derived_rows = {t: int(counts[t]) for t in GOLD_TABLES}
+        with result.step("count"):
+            counts = out.groupBy("table").agg(F.sum("rows").alias("rows")).collect()
+            rows = {r["table"]: int(r["rows"]) for r in counts}
+            done = _progress_of(out)
+        result.events = sum(p["events"] for p in done.values())
+        result.purged = sum(p["purged"] for p in done.values())
+        result.derived_rows = {t: rows.get(t, 0) for t in GOLD_TABLES}
         result.offsets_rows = result.derived_rows["current_offsets"]
         result.pending_rows = result.derived_rows["pending_transactions"]
         result.group_rows = result.derived_rows["current_groups"]
@@ -305,17 +337,3 @@ def run_gold(
     finally:
         out.unpersist()
     return result
-
-
-def _split_ddl(ddl: str) -> list[tuple[str, str]]:
-    """``name type, name type`` at the top level (types contain commas inside ``<>``)."""
-    out, depth, cur = [], 0, ""
-    for ch in ddl + ",":
-        depth += (ch == "<") - (ch == ">")
-        if ch == "," and depth == 0:
-            name, _, typ = cur.strip().partition(" ")
-            out.append((name, typ))
-            cur = ""
-        else:
-            cur += ch
-    return out
