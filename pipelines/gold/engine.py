@@ -509,7 +509,10 @@ class PartitionReplay:
         for g in group_events:
             now = self._group_rows(g)
             for protocol, row in now.items():
-                if row != before[g][protocol] or (row is None and (protocol, g) in tombstoned):
+                # a tombstone of a group gold never saw (its records compacted away) still marks it
+                # deleted; one of a group already deleted changes nothing (it went, and why, earlier)
+                known = (protocol, g) in self.changed_groups or (protocol, g) in self.restored_groups
+                if row != before[g][protocol] or (row is None and (protocol, g) in tombstoned and not known):
                     row = row or self._deleted_group(g, before[g][protocol], causes, gone)
                     self.changed_groups[(protocol, g)] = (last, row)
         for g in touched - group_events:

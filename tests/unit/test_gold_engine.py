@@ -459,3 +459,30 @@ def test_event_columns_match_the_gold_declarations() -> None:
     assert len(compared) > 25
     for f in compared:
         assert f.type == declared[f.name], f.name
+
+
+def test_a_later_group_tombstone_keeps_how_an_offsets_only_group_went() -> None:
+    """A 4.x broker writes an offsets-only group's tombstone in a cleanup cycle after its last offset
+    expired: the group went with that offset (cause expiry), and the tombstone, in the same run or
+    a later one, leaves that row as it is (the reference replay's deleted group keeps its cause)."""
+    day = 86_400_000
+    commit = {"group_id": "g", "topic": "t", "partition": 0, "record_type": 1, "committed_offset": 5}
+    commit |= {"leader_epoch": -1, "metadata": "", "commit_timestamp": 1000, "expire_timestamp": -1}
+    tomb = {"group_id": "g", "topic": "t", "partition": 0, "record_type": 1}
+    events = [
+        _ev(0, ge.COMMIT, **commit),
+        _ev(1, ge.OFFSET_TOMBSTONE, **tomb) | {"timestamp_ms": 1000 + 8 * day},  # 8 days: past the 7-day retention
+        _ev(2, ge.GROUP_TOMBSTONE, group_id="g", record_type=2) | {"timestamp_ms": 1000 + 8 * day + 600_000},
+    ]
+    for cut in (3, 2, 1):
+        lake = Lake()
+        lake.run(0, events[:cut])
+        if cut < 3:
+            lake.run(0, events[cut:])
+        [row] = lake.rows("current_groups")
+        assert (row["deleted"], row["delete_cause"], row["exists_because"], row["state_offset"]) == (
+            True,
+            "expiry",
+            "offsets",
+            1,
+        ), cut
