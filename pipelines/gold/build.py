@@ -33,7 +33,7 @@ from pyspark.sql import functions as F
 
 from pipelines.gold.engine import DEFAULT_RETENTION_MS, PartitionInput, PartitionReplay
 from pipelines.gold.events import events_frame
-from pipelines.gold.plan import PART, Plan, make_plan, progress_rows
+from pipelines.gold.plan import PART, Pair, Plan, make_plan, progress_rows
 from pipelines.runtime import faults, lake
 from pipelines.runtime.ddl import arrow_type
 from pipelines.runtime.lake import partitions_predicate
@@ -93,7 +93,7 @@ def _struct_ddl(tables: Tables, table: str) -> str:
 # the replay's output: per processed partition and table, its rows as one Arrow IPC stream — a few
 # rows per partition to cache, and each table's write reads only its own (one row per gold row
 # with every table's columns made each write scan all of them)
-OUTPUT_DDL = "cluster string, offsets_partition int, table string, rows bigint, data binary"
+OUTPUT_DDL = "cluster string, offsets_partition int, table string, rows bigint, changed boolean, data binary"
 PROGRESS_TABLE = "progress"
 
 
@@ -153,6 +153,7 @@ def _replay_function(run_id: str, retention_ms: int, soft_delete_ms: int | None,
             applied_offset=None if progress is None else progress.column("applied_offset")[0].as_py(),
         )
         out = PartitionReplay(inp, run_id, retention_ms, soft_delete_ms).run()
+        full = progress is None
         done = pa.table(
             {
                 "applied_offset": pa.array([out.applied_offset], pa.int64()),
@@ -170,6 +171,8 @@ def _replay_function(run_id: str, retention_ms: int, soft_delete_ms: int | None,
                 "offsets_partition": pa.array([part] * n, pa.int32()),
                 "table": pa.array(list(tables), pa.string()),
                 "rows": pa.array([t.num_rows for t in tables.values()], pa.int64()),
+                # a recomputed partition is rewritten whole; else only the tables the run changed
+                "changed": pa.array([full or out.changed.get(t, True) for t in tables], pa.bool_()),
                 "data": pa.array([_ipc(t) for t in tables.values()], pa.binary()),
             }
         )
@@ -214,30 +217,38 @@ def _progress_of(out: DataFrame) -> dict[tuple[str, int], dict[str, Any]]:
     return done
 
 
-def _write(spark: SparkSession, tables: Tables, out: DataFrame, plan: Plan) -> dict[str, int]:
-    """Write every table's rows of the processed partitions (replaceWhere, see the module docstring)."""
-    predicates = {t: partitions_predicate(plan.pairs) for t in CURRENT}
-    for table, end in INTERVALS.items():
-        terms = [f"({partitions_predicate(plan.full)})"] if plan.full else []
-        for (cluster, part), applied in sorted(plan.incremental_from.items()):
-            one = partitions_predicate([(cluster, part)])
-            terms.append(f"({one} AND ({end} IS NULL OR {end} > {int(applied)}))")
-        predicates[table] = " OR ".join(terms) or "false"
-
-    names = topic_names(spark, tables).persist() if plan.pairs else None
+def _write(spark: SparkSession, tables: Tables, out: DataFrame, plan: Plan, changed: dict[str, list[Pair]]) -> None:
+    """Write each table's rows of the partitions whose rows the run changed (replaceWhere, see the
+    module docstring); a table no partition changed is not written (no commit)."""
+    predicates = {}
+    for table, pairs in changed.items():
+        if table not in INTERVALS:
+            predicates[table] = partitions_predicate(pairs)
+            continue
+        end = INTERVALS[table]
+        full = [p for p in pairs if p not in plan.incremental_from]
+        terms = [f"({partitions_predicate(full)})"] if full else []
+        for pair in sorted(set(pairs) - set(full)):
+            applied = int(plan.incremental_from[pair])
+            terms.append(f"({partitions_predicate([pair])} AND ({end} IS NULL OR {end} > {applied}))")
+        predicates[table] = " OR ".join(terms)
+    names = topic_names(spark, tables).persist() if changed.get(MEMBERS) else None
 
     def write(table: str) -> None:
         ddl = tables.spec("gold", table).ddl_columns()
-        # one task per partition's rows: one file per partition (each file has a fixed cost)
-        rows = out.where(F.col("table") == table).select("data").mapInArrow(_unpack, ddl)
+        # the replay's tasks each hold whole partitions: one file per partition (a file has a fixed cost)
+        blobs = out.where((F.col("table") == table) & F.col("changed")).select("data")
+        rows = blobs.mapInArrow(_unpack, ddl)
         if table == MEMBERS and names is not None:
             rows = fill_topic_names(rows, list(NAMED_ARRAYS), names)
         lake.replace_where(rows, tables.path("gold", table), predicates[table])
 
+    todo = [t for t in GOLD_TABLES if changed.get(t)]
     try:
-        write("current_offsets")
-        faults.point("gold.between_merges")
-        lake.in_parallel([lambda t=t: write(t) for t in GOLD_TABLES if t != "current_offsets"])
+        for table in todo[:1]:
+            write(table)
+            faults.point("gold.between_merges")
+        lake.in_parallel([lambda t=t: write(t) for t in todo[1:]])
     finally:
         if names is not None:
             names.unpersist()
@@ -301,7 +312,7 @@ def run_gold(
     result.recomputed = [f"{c}/{p}: {why}" for (c, p), why in sorted(plan.why.items())]
     schemas = {t: _arrow_schema(tables, t) for t in GOLD_TABLES}
     soft_ms = None if soft_delete_retention_days is None else int(soft_delete_retention_days * 86_400_000)
-    events = events_frame(spark, tables, plan.replay_predicate())
+    events = events_frame(spark, tables, plan.replay_predicate(), plan.replay_from())
     state = _state_frame(spark, tables, plan)
     replayed = (
         events.groupBy(*PART)
@@ -315,8 +326,11 @@ def run_gold(
         out = replayed.localCheckpoint(eager=True)
     try:
         with result.step("count"):
-            counts = out.groupBy("table").agg(F.sum("rows").alias("rows")).collect()
-            rows = {r["table"]: int(r["rows"]) for r in counts}
+            listing = out.select(*PART, "table", "rows", "changed").collect()
+            rows = {t: sum(r["rows"] for r in listing if r["table"] == t) for t in GOLD_TABLES}
+            changed = {
+                t: sorted((r[0], r[1]) for r in listing if r["table"] == t and r["changed"]) for t in GOLD_TABLES
+            }
             done = _progress_of(out)
         result.events = sum(p["events"] for p in done.values())
         result.purged = sum(p["purged"] for p in done.values())
@@ -328,7 +342,7 @@ def run_gold(
         progress_rows(spark, tables, plan, done, run_id, in_flight=True)
         faults.point("gold.before_merge")
         with result.step("write tables"):
-            _write(spark, tables, out, plan)
+            _write(spark, tables, out, plan, changed)
         if plan.names_changed:
             with result.step("topic names"):
                 _refresh_names(spark, tables)

@@ -154,7 +154,8 @@ class PartitionOutput:
     events: int
     log_now: int | None  # latest event timestamp of this run: the soft-delete retention's clock
     purged: int = 0
-    counts: dict[str, int] = field(default_factory=dict)
+    # per table: whether this run changed any of the partition's rows (unchanged: nothing to write)
+    changed: dict[str, bool] = field(default_factory=dict)
 
 
 class _Values:
@@ -246,6 +247,7 @@ class PartitionReplay:
         self.closed_generations: list[list] = []
         self.touched_generations: set[str] = set()
         self.changed_members: set[tuple[str, str]] = set()
+        self.pending_changed = False
         self.applied = inp.applied_offset
         self._restore()
 
@@ -429,6 +431,7 @@ class PartitionReplay:
                 if key not in self.key_handle:
                     self.key_handle[key] = h
                 if c["transactional"][k]:
+                    self.pending_changed = True
                     pend = self.pending.setdefault(c["producer_id"][k], {})
                     if key not in pend:
                         self.pending_count[key[0]] = self.pending_count.get(key[0], 0) + 1
@@ -445,12 +448,14 @@ class PartitionReplay:
                 for pid, pend in self.pending.items():
                     if key in pend:
                         self._unpend(pid, key)
+                        self.pending_changed = True
                 cause = self._cause(key[0], c["timestamp_ms"][k], prev, tomb_groups)
                 self.dead[key] = (c["record_offset"][k], c["timestamp_ms"][k], cause, prev)
                 causes[key[0]] = cause
                 dirty[key] = None
             elif kind == MARKER:
                 pend = self.pending.pop(c["producer_id"][k], None) or {}
+                self.pending_changed = self.pending_changed or bool(pend)
                 for key in pend:
                     n = self.pending_count[key[0]] - 1
                     if n:
@@ -600,10 +605,13 @@ class PartitionReplay:
             n,
             log_now,
             purged,
-            counts={
-                "changed_offsets": len(self.history),
-                "changed_groups": len(self.changed_groups),
-                "changed_members": len(self.changed_members),
+            changed={
+                "current_offsets": bool(self.history) or purged > 0,
+                "pending_transactions": self.pending_changed,
+                "current_groups": bool(self.changed_groups),
+                "consumer_group_members": bool(self.changed_members),
+                "offset_history": bool(self.history),
+                "group_generations": bool(self.touched_generations),
             },
         )
 

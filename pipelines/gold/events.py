@@ -123,26 +123,41 @@ def positions_frame(spark: SparkSession, tables: Tables) -> DataFrame | None:
     return out
 
 
-def _members(spark: SparkSession, tables: Tables, where: str) -> DataFrame | None:
+def _members(spark: SparkSession, tables: Tables, where: str, after: DataFrame | None) -> DataFrame | None:
     """The members of each classic group record, as group_generations.members holds them."""
     members = lake.read(spark, tables.path("silver", "group_members"), where)
     if members is None:
         return None
+    if after is not None:
+        members = _after(members, after)
     return members.groupBy(*PART, "record_offset").agg(
         F.array_sort(F.collect_list(F.struct(*_MEMBER_STRUCT))).alias("members")
     )
 
 
-def events_frame(spark: SparkSession, tables: Tables, where: str = "true") -> DataFrame:
-    """The events satisfying ``where`` (over cluster, offsets_partition and record_offset), one row
-    each in :data:`pipelines.gold.engine.EVENT_COLUMNS`, with the batch each came in (a record
-    from the Kafka source is its own batch)."""
-    members = _members(spark, tables, where)
+def _after(rows: DataFrame, after: DataFrame) -> DataFrame:
+    """The rows above their partition's offset in ``after`` (cluster, offsets_partition, after)."""
+    return rows.join(F.broadcast(after), list(PART)).where(F.col("record_offset") > F.col("_after")).drop("_after")
+
+
+def events_frame(
+    spark: SparkSession, tables: Tables, where: str = "true", after: list[tuple[str, int, int]] | None = None
+) -> DataFrame:
+    """The events satisfying ``where`` (over cluster, offsets_partition and record_offset) and, when
+    ``after`` is given, above their partition's offset in it (and only of its partitions), one row
+    each in :data:`pipelines.gold.engine.EVENT_COLUMNS`, with the batch each came in (a record from
+    the Kafka source is its own batch)."""
+    marks = None
+    if after is not None:
+        marks = spark.createDataFrame(after, "cluster string, offsets_partition int, _after bigint")
+    members = _members(spark, tables, where, marks)
     parts = []
     for source in SOURCES:
         df = _rows(spark, tables, source, where)
         if df is None:
             continue
+        if marks is not None:
+            df = _after(df, marks)
         if source.table == "group_metadata" and members is not None:
             df = df.join(members, [*PART, "record_offset"], "left")
         present = set(df.columns)

@@ -87,12 +87,18 @@ class Plan:
         return self.consumed is None or self.consumed.get(TOPIC_IDS) != self.versions.get(TOPIC_IDS)
 
     def replay_predicate(self) -> str:
-        """The events the plan replays: every event of a recomputed partition, those after the
-        applied offset of an incremental one (partition columns first, so Delta prunes files)."""
-        terms = [f"({partitions_predicate(self.full)})"] if self.why else []
-        for pair, applied in sorted(self.incremental_from.items()):
-            terms.append(f"({partitions_predicate([pair])} AND record_offset > {int(applied)})")
-        return " OR ".join(terms) or "false"
+        """A predicate on the partition columns and ``record_offset`` that holds for every event the
+        plan replays (and maybe a few more): what lets Delta skip files. Kept to one term per
+        cluster — a term per partition made planning the read take seconds."""
+        low = -1 if self.why or not self.incremental_from else min(self.incremental_from.values())
+        return f"({partitions_predicate(self.pairs)}) AND record_offset > {int(low)}" if self.pairs else "false"
+
+    def replay_from(self) -> list[tuple[str, int, int]]:
+        """(cluster, offsets partition, offset after which its events replay): -1 for a recomputed
+        partition, the applied offset for an incremental one."""
+        return [(c, p, -1) for c, p in self.full] + [
+            (c, p, int(o)) for (c, p), o in sorted(self.incremental_from.items())
+        ]
 
 
 def _progress(spark: SparkSession, tables: Tables) -> dict[Pair, dict[str, Any]]:
