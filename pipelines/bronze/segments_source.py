@@ -18,7 +18,9 @@ Rows are ``row_kind = 'record'`` (one per record, control records included),
 ``row_kind = 'issue'`` (torn tails, corrupt batches, unreadable remainders, with position and
 reason) or ``row_kind = 'progress'`` (one per byte range: where reading stopped after the last
 complete entry, the offsets read, the last complete batch's position and CRC). Output is
-produced as Arrow record batches.
+Arrow record batches built column-wise: the log is read a chunk at a time by the codec's
+columnar reader (pipelines/codec/columnar_reader.py), each record takes its batch's columns by
+index, and Python runs per record only for its content hash (one sha256 call).
 """
 
 from __future__ import annotations
@@ -29,14 +31,18 @@ import json
 import re
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from pipelines.bronze.fs import ArrowFileSource, list_segments, read_index_positions
-from pipelines.codec.reader import Batch, ReadIssue, find_batch_start, iter_log
+from pipelines.codec.columnar_reader import CHUNK_BYTES, LogColumns, iter_log_columns
+from pipelines.codec.compression import CODEC_NAMES
+from pipelines.codec.reader import ReadIssue, find_batch_start
 from pipelines.errors import InputError
 
 TOPIC = "__consumer_offsets"
@@ -172,10 +178,6 @@ def cluster_for(uri: str, default: str, pattern: str | None) -> str:
     return m.group("cluster")
 
 
-def _empty_columns() -> dict[str, list]:
-    return {name.split(" ")[0]: [] for name in _column_names()}
-
-
 def _column_names() -> list[str]:
     names, depth, cur = [], 0, ""
     for ch in SCHEMA_DDL:  # split on top-level commas only
@@ -221,66 +223,58 @@ class Progress:
     fingerprint_crc: int | None = None
     previous: int | None = None  # the offset of the last record seen
 
-    def batch(self, b: Batch) -> None:
-        self.consumed = b.end
-        self.fingerprint_position, self.fingerprint_crc = b.position, b.crc
-        offsets = [rec.offset for rec in b.records or ()]
-        highest = max(offsets, default=b.last_offset)
-        if self.last_offset is not None:
-            highest = max(highest, self.last_offset)
-        self.last_offset = max(highest, b.last_offset)
-        if not offsets:
-            return
-        chain = offsets if self.previous is None else [self.previous, *offsets]
-        if any(a >= b for a, b in itertools.pairwise(chain)):
-            self.offsets_ordered = False
-        low = min(offsets)
-        self.first_offset = low if self.first_offset is None else min(self.first_offset, low)
-        self.previous = offsets[-1]
-        self.records += len(offsets)
+    def chunk(self, part: LogColumns) -> None:
+        """Fold one stretch of the log, as if its batches and issues were folded one by one in file order."""
+        ends = [(i.position, i.position + i.length) for i in part.issues if i.kind == ReadIssue.CORRUPT]
+        if part.batches.num_rows:
+            ends.append(self._batches(part.batches, part.records["offset"].to_numpy()))
+        if ends:  # the last entry consumed, a batch or a corrupt entry, whichever comes later
+            self.consumed = max(ends)[1]
 
-    def issue(self, issue: ReadIssue) -> None:
-        if issue.kind == ReadIssue.CORRUPT:  # a whole entry, skipped: the next one follows it
-            self.consumed = issue.position + issue.length
+    def _batches(self, batches: pa.Table, offsets: np.ndarray) -> tuple[int, int]:
+        """Fold batches (in file order) and their records' offsets; returns the last batch's (position, end)."""
+        position = batches["position"][-1].as_py()
+        self.fingerprint_position, self.fingerprint_crc = position, batches["crc"][-1].as_py()
+        # Python ints: a forged base offset plus its delta may leave int64, as Batch.last_offset may
+        base, delta = batches["base_offset"].to_pylist(), batches["last_offset_delta"].to_pylist()
+        highest = [max(map(int.__add__, base, delta))]
+        if self.last_offset is not None:
+            highest.append(self.last_offset)
+        if len(offsets):
+            highest.append(int(offsets.max()))
+            chain = offsets if self.previous is None else np.concatenate([[self.previous], offsets])
+            if not (chain[1:] > chain[:-1]).all():
+                self.offsets_ordered = False
+            low = int(offsets.min())
+            self.first_offset = low if self.first_offset is None else min(self.first_offset, low)
+            self.previous = int(offsets[-1])
+            self.records += len(offsets)
+        self.last_offset = max(highest)
+        return position, position + batches["size"][-1].as_py()
 
     def columns(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in PROGRESS_COLUMNS if name != "range_start"}
 
 
-def read_range(r: ByteRange, cluster: str, rows_per_batch: int = 8192) -> Iterator[Any]:
-    """Bronze rows of the batches starting in ``r``, as pyarrow RecordBatches, ending with the
-    range's progress row."""
+def read_range(
+    r: ByteRange, cluster: str, rows_per_batch: int = 8192, chunk_bytes: int = CHUNK_BYTES
+) -> Iterator[pa.RecordBatch]:
+    """Bronze rows of the batches starting in ``r``, as pyarrow RecordBatches of at most
+    ``rows_per_batch`` rows, ending with the range's progress row. The log is read
+    ``chunk_bytes`` at a time (iter_log_columns) and each chunk's rows are built column-wise."""
     schema = arrow_schema()
-    cols = _empty_columns()
     progress = Progress()
     src = ArrowFileSource(r.uri)
-    n = 0
-
-    def flush() -> Any:
-        nonlocal cols, n
-        batch = pa.RecordBatch.from_pydict(cols, schema=schema)
-        cols, n = _empty_columns(), 0
-        return batch
-
     try:
-        for item in _entries(src, r):
-            if isinstance(item, Batch):
-                _add_batch(cols, item, r, cluster)
-                progress.batch(item)
-                n += len(item.records or ())
-            else:
-                _add_issue(cols, item, r, cluster)
-                progress.issue(item)
-                n += 1
-            if n >= rows_per_batch:
-                yield flush()
+        for part in _entries(src, r, chunk_bytes):
+            progress.chunk(part)
+            yield from _chunk_rows(part, r, cluster, schema).to_batches(max_chunksize=rows_per_batch)
     finally:
         src.close()
-    _add_progress(cols, progress, r, cluster)
-    yield flush()
+    yield pa.RecordBatch.from_pylist([_progress_row(progress, r, cluster)], schema=schema)
 
 
-def _entries(src: ArrowFileSource, r: ByteRange) -> Iterator[Batch | ReadIssue]:
+def _entries(src: ArrowFileSource, r: ByteRange, chunk_bytes: int) -> Iterator[LogColumns]:
     """The entries starting in ``r``: from its start when that is a known boundary, else from the
     first boundary found after it (the .index and the known boundary as hints)."""
     if r.start == r.boundary:
@@ -290,78 +284,159 @@ def _entries(src: ArrowFileSource, r: ByteRange) -> Iterator[Batch | ReadIssue]:
         start = find_batch_start(src, r.start, hints)
     if start is None or start >= r.end:
         return iter(())
-    return iter_log(src, start=start, end=r.end)
+    return iter_log_columns(src, start=start, end=r.end, chunk_bytes=chunk_bytes)
 
 
-_TS_TYPE = {"CreateTime": 0, "LogAppendTime": 1, None: -1}
+def _chunk_rows(part: LogColumns, r: ByteRange, cluster: str, schema: pa.Schema) -> pa.Table:
+    """The record rows of a chunk with its issue rows among them, in file order."""
+    records = _record_rows(part, r, cluster, schema)
+    if not part.issues:
+        return records
+    positions = records["batch_position"].to_numpy()
+    pieces, done = [], 0
+    for issue in part.issues:  # few: a slice of records, then the issue
+        at = int(np.searchsorted(positions, issue.position))
+        pieces += [records.slice(done, at - done), pa.Table.from_pylist([_issue_row(issue, r, cluster)], schema)]
+        done = at
+    pieces.append(records.slice(done))
+    return pa.concat_tables(pieces)
 
 
-def _add_batch(cols: dict[str, list], b: Any, r: ByteRange, cluster: str) -> None:
-    ts_type = _TS_TYPE[b.timestamp_type]
-    for rec in b.records or ():
-        cols["row_kind"].append("record")
-        cols["cluster"].append(cluster)
-        cols["partition"].append(r.partition)
-        cols["offset"].append(rec.offset)
-        cols["topic"].append(TOPIC)
-        cols["timestamp"].append(
-            None if rec.timestamp is None else datetime.fromtimestamp(rec.timestamp / 1000, tz=timezone.utc)
-        )
-        cols["timestamp_type"].append(ts_type)
-        cols["key"].append(rec.key)
-        cols["value"].append(rec.value)
-        cols["headers"].append([{"key": k, "value": v} for k, v in rec.headers])
-        cols["magic"].append(b.magic)
-        cols["codec"].append(b.codec_name)
-        cols["producer_id"].append(b.producer_id)
-        cols["producer_epoch"].append(b.producer_epoch)
-        cols["base_sequence"].append(b.base_sequence)
-        cols["transactional"].append(b.is_transactional)
-        cols["control"].append(b.is_control)
-        cols["partition_leader_epoch"].append(b.partition_leader_epoch)
-        cols["base_offset"].append(b.base_offset)
-        cols["batch_position"].append(b.position)
-        cols["source_uri"].append(r.uri)
-        cols["content_hash"].append(content_hash(rec.key, rec.value))
-        for name in ("issue_length", "issue_kind", "issue_reason", "issue_detail", *PROGRESS_COLUMNS):
-            cols[name].append(None)
-        cols["last_segment"].append(r.is_last)
+_TS_TYPE_CREATE, _TS_TYPE_LOG_APPEND, _TS_TYPE_NONE = 0, 1, -1
+_CODEC_NAMES = pa.array([CODEC_NAMES.get(codec, str(codec)) for codec in range(8)])
 
 
-def _add_progress(cols: dict[str, list], p: Progress, r: ByteRange, cluster: str) -> None:
-    values = {name: None for name in cols}
-    values.update(
-        row_kind="progress",
-        cluster=cluster,
-        partition=r.partition,
-        topic=TOPIC,
-        source_uri=r.uri,
-        last_segment=r.is_last,
-        control=False,
-        range_start=r.start,
-        **p.columns(),
+def _batch_columns(batches: pa.Table) -> dict[str, pa.Array]:
+    """Each batch's bronze columns (one row per batch), gathered to its records afterwards."""
+    magic = batches["magic"].to_numpy().astype(np.int32)
+    attributes = batches["attributes"].to_numpy()
+    v2 = magic >= 2
+    log_append = (attributes & 0x08) != 0
+    ts_type = np.where(magic == 0, _TS_TYPE_NONE, np.where(log_append, _TS_TYPE_LOG_APPEND, _TS_TYPE_CREATE))
+    return {
+        "timestamp_type": pa.array(ts_type.astype(np.int32)),
+        "magic": pa.array(magic),
+        "codec": _CODEC_NAMES.take(pa.array(attributes & 0x07)),
+        "producer_id": batches["producer_id"].combine_chunks(),
+        "producer_epoch": batches["producer_epoch"].combine_chunks().cast(pa.int32()),
+        "base_sequence": batches["base_sequence"].combine_chunks(),
+        "transactional": pa.array(v2 & ((attributes & 0x10) != 0)),
+        "control": pa.array(v2 & ((attributes & 0x20) != 0)),
+        "partition_leader_epoch": batches["partition_leader_epoch"].combine_chunks(),
+        "base_offset": batches["base_offset"].combine_chunks(),
+        "batch_position": batches["position"].combine_chunks(),
+    }
+
+
+def _record_rows(part: LogColumns, r: ByteRange, cluster: str, schema: pa.Schema) -> pa.Table:
+    records = {name: part.records[name].combine_chunks() for name in part.records.column_names}
+    n = len(records["offset"])
+    gathered = {name: column.take(records["batch"]) for name, column in _batch_columns(part.batches).items()}
+    constants = {
+        "row_kind": "record",
+        "cluster": cluster,
+        "partition": r.partition,
+        "topic": TOPIC,
+        "source_uri": r.uri,
+        "last_segment": r.is_last,
+    }
+    columns = {
+        **gathered,
+        **{name: pa.repeat(pa.scalar(value, schema.field(name).type), n) for name, value in constants.items()},
+        "offset": records["offset"],
+        "timestamp": _timestamps(records["timestamp"], r.uri),
+        "key": records["key"],
+        "value": records["value"],
+        "headers": records["headers"],
+        "content_hash": content_hashes(records["key"], records["value"]),
+    }
+    return pa.table([columns.get(f.name, pa.nulls(n, f.type)) for f in schema], schema=schema)
+
+
+_US = 1_000_000
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+# what datetime holds (years 1 to 9999), in microseconds since the epoch
+_DATETIME_US = tuple(
+    (d.replace(tzinfo=timezone.utc) - _EPOCH) // timedelta(microseconds=1) for d in (datetime.min, datetime.max)
+)
+
+
+def _timestamps(millis: pa.Array, uri: str) -> pa.Array:
+    """Record timestamps (ms) as the microseconds ``datetime.fromtimestamp(ms / 1000, tz=utc)`` gives,
+    which bronze's rows have always held: exact up to about the year 2242, rounded through a double
+    (half to even, as CPython rounds) beyond. Out of datetime's range fails as fromtimestamp did."""
+    null = millis.is_null().to_numpy(zero_copy_only=False)
+    seconds = millis.fill_null(0).to_numpy().astype(np.float64) / 1000  # as Python's int / int rounds it
+    far = (seconds < _DATETIME_US[0] / _US - 1) | (seconds > _DATETIME_US[1] / _US + 1)
+    seconds[far] = 0  # no int64 overflow below; reported after
+    # CPython splits a float timestamp into whole seconds and the rest in microseconds, rounded half
+    # to even (a rest rounded to 1e6 or below 0 moves a second, which leaves their sum as it is)
+    whole = np.trunc(seconds)
+    micros = whole.astype(np.int64) * _US + np.rint((seconds - whole) * _US).astype(np.int64)
+    outside = ~null & (far | (micros < _DATETIME_US[0]) | (micros > _DATETIME_US[1]))
+    if outside.any():
+        ms = millis[int(np.flatnonzero(outside)[0])].as_py()
+        raise ValueError(f"{uri}: a record's timestamp {ms} ms is outside years 1-9999")
+    return pa.array(micros, pa.timestamp("us", tz="UTC"), mask=null)
+
+
+def content_hashes(key: pa.Array, value: pa.Array) -> pa.Array:
+    """``content_hash`` of every record: its layout built for all records at once by Arrow, then
+    one sha256 call per record over its slice of that buffer."""
+    joined = pc.binary_join_element_wise(
+        _hash_prefix(key), _filled(key), _hash_prefix(value), _filled(value), pa.scalar(b"", pa.large_binary())
     )
-    for name, value in values.items():
-        cols[name].append(value)
+    ends = np.frombuffer(joined.buffers()[1], np.int64, len(joined) + 1, joined.offset * 8)
+    view = memoryview(joined.buffers()[2] or b"")
+    return pa.array([hashlib.sha256(view[a:b]).hexdigest() for a, b in itertools.pairwise(ends.tolist())], pa.string())
 
 
-def _add_issue(cols: dict[str, list], issue: Any, r: ByteRange, cluster: str) -> None:
-    values = {name: None for name in cols}
+def _filled(column: pa.Array) -> pa.Array:
+    return column.cast(pa.large_binary()).fill_null(b"")
+
+
+def _hash_prefix(column: pa.Array) -> pa.Array:
+    """Per value: b"\\xff" for null, else b"\\x00" and its length as 4 big-endian bytes."""
+    null = column.is_null().to_numpy(zero_copy_only=False)
+    length = pc.binary_length(column).fill_null(0).to_numpy().astype(">u4")
+    width = np.where(null, 1, 5)
+    offsets = np.zeros(len(width) + 1, np.int64)
+    np.cumsum(width, out=offsets[1:])
+    data = np.zeros(int(offsets[-1]), np.uint8)
+    data[offsets[:-1][null]] = 0xFF
+    present = offsets[:-1][~null]
+    data[present[:, None] + np.arange(1, 5)] = length[~null].view(np.uint8).reshape(-1, 4)
+    return pa.Array.from_buffers(pa.large_binary(), len(width), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+def _issue_row(issue: ReadIssue, r: ByteRange, cluster: str) -> dict[str, Any]:
     # a torn tail is only normal at the end of a partition's last segment
-    kind = issue.kind if (issue.kind != "torn_tail" or r.is_last) else "corrupt_batch"
-    values.update(
-        row_kind="issue",
-        cluster=cluster,
-        partition=r.partition,
-        topic=TOPIC,
-        batch_position=issue.position,
-        source_uri=r.uri,
-        issue_length=issue.length,
-        issue_kind=kind,
-        issue_reason=issue.reason.value,
-        issue_detail=issue.detail,
-        last_segment=r.is_last,
-        control=False,
-    )
-    for name, value in values.items():
-        cols[name].append(value)
+    kind = issue.kind if (issue.kind != ReadIssue.TORN_TAIL or r.is_last) else ReadIssue.CORRUPT
+    return {
+        "row_kind": "issue",
+        "cluster": cluster,
+        "partition": r.partition,
+        "topic": TOPIC,
+        "batch_position": issue.position,
+        "source_uri": r.uri,
+        "issue_length": issue.length,
+        "issue_kind": kind,
+        "issue_reason": issue.reason.value,
+        "issue_detail": issue.detail,
+        "last_segment": r.is_last,
+        "control": False,
+    }
+
+
+def _progress_row(p: Progress, r: ByteRange, cluster: str) -> dict[str, Any]:
+    return {
+        "row_kind": "progress",
+        "cluster": cluster,
+        "partition": r.partition,
+        "topic": TOPIC,
+        "source_uri": r.uri,
+        "last_segment": r.is_last,
+        "control": False,
+        "range_start": r.start,
+        **p.columns(),
+    }
