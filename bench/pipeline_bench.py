@@ -18,7 +18,7 @@ stage at a time:
 Per run and stage: wall seconds, rows and rows/s, Delta commits (table versions under the
 lakehouse root, from the ``_delta_log`` directories), Spark jobs (a job group per stage), peak
 resident memory of the driver (this Python process) and of its JVM (sampled in the background);
-gold's per-step seconds; the machine's load average at start and end. Spark's start is timed
+each stage's per-step seconds; the machine's load average at start and end. Spark's start is timed
 apart and not counted. Exits 1 unless gold equals the generator's expected state after the
 increment and after the no-op run: a benchmark of a wrong result measures nothing.
 """
@@ -180,6 +180,15 @@ def load_average() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
+def _add_steps(steps: Any) -> dict[str, float]:
+    """Seconds per step summed over several sources' results."""
+    total: dict[str, float] = {}
+    for one in steps:
+        for name, seconds in one.items():
+            total[name] = round(total.get(name, 0.0) + seconds, 1)
+    return total
+
+
 # -- one run --------------------------------------------------------------------------------------------
 def stage_numbers(stage: str, details: list[dict[str, Any]]) -> dict[str, Any]:
     """What a stage's report details say about its work: rows in, rows written, steps."""
@@ -189,6 +198,7 @@ def stage_numbers(stage: str, details: list[dict[str, Any]]) -> dict[str, Any]:
             "inserted": sum(d["rows_inserted"] for d in details),
             "conflicts": sum(d["conflicts"] for d in details),
             "read_issues": sum(len(d["issues"]) for d in details),
+            "steps": _add_steps(d.get("steps", {}) for d in details),
         }
     if stage == "silver":
         (d,) = details
@@ -198,6 +208,7 @@ def stage_numbers(stage: str, details: list[dict[str, Any]]) -> dict[str, Any]:
             "mode": d["mode"],
             "quarantined": d["quarantined"],
             "inserted_per_table": {t: n for t, n in sorted(d["inserted"].items()) if n},
+            "steps": d["steps"],
         }
     if stage == "gold":
         (d,) = details
@@ -206,7 +217,7 @@ def stage_numbers(stage: str, details: list[dict[str, Any]]) -> dict[str, Any]:
             "inserted": None,
             "partitions_incremental": d["partitions_incremental"],
             "partitions_recomputed": d["partitions_recomputed"],
-            "steps": d["seconds"],
+            "steps": d["steps"],
         }
     return {  # quality
         "rows": None,
@@ -298,12 +309,12 @@ def print_report(result: dict[str, Any]) -> None:
             print(_row([r["run"], s, *cells]))
     print("\n(rows: bronze records read, silver bronze rows decoded, gold events replayed; Delta commits include")
     print(" the run log's row per stage in bronze.runs)")
-    if "gold" in stages:
-        steps = list(dict.fromkeys(k for r in runs for k in r["stages"]["gold"]["steps"]))
-        print("\n" + _row(["gold step (seconds)", *(r["run"] for r in runs)]))
-        print("|---|" + "---:|" * len(runs))
+    print("\n" + _row(["step (seconds)", *(r["run"] for r in runs)]))
+    print("|---|" + "---:|" * len(runs))
+    for stage in stages:
+        steps = list(dict.fromkeys(k for r in runs for k in r["stages"][stage].get("steps", {})))
         for step in steps:
-            print(_row([step, *(r["stages"]["gold"]["steps"].get(step) for r in runs)]))
+            print(_row([f"{stage}: {step}", *(r["stages"][stage]["steps"].get(step) for r in runs)]))
     hwm = result["peak_rss_mib"]
     print(f"\npeak RSS over each process's life (VmHWM): driver {_n(hwm['driver'])} MiB, JVM {_n(hwm['jvm'])} MiB")
 

@@ -45,18 +45,20 @@ def ingest_segments(
     if not segments:
         raise SourceNotFound(f"source {name}: no __consumer_offsets segment files under {', '.join(paths)}")
     listed = [(seg, _cluster_of(seg, source)) for seg in segments]
-    tables.ensure("bronze", "ingested_files")
-    log_path = tables.path("bronze", "ingested_files")
-    logged = file_log.load(spark, log_path, name)
-    plans = file_log.plan_files(listed, logged, crc_at)
-    ranges = file_log.ranges(plans, source.split_bytes)
     result = IngestResult(name, source.cluster, "segments")
+    with result.steps("plan files"):
+        tables.ensure("bronze", "ingested_files")
+        log_path = tables.path("bronze", "ingested_files")
+        logged = file_log.load(spark, log_path, name)
+        plans = file_log.plan_files(listed, logged, crc_at)
+        ranges = file_log.ranges(plans, source.split_bytes)
     result.files = file_log.counts(plans)
     result.bytes_read = sum(r.end - r.start for r in ranges)
     progress = _read(spark, tables, name, source, run_id, ranges, result) if ranges else []
     after = file_log.logged_after(plans, progress, name, run_id)
     if file_log.changed(logged, after):  # after the data commit: a run killed before it reads again
-        file_log.save(spark, log_path, name, after, tables.spec("bronze", "ingested_files").struct())
+        with result.steps("file log"):
+            file_log.save(spark, log_path, name, after, tables.spec("bronze", "ingested_files").struct())
     return result
 
 
@@ -89,7 +91,8 @@ def _read(
     )
     raw = raw.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        progress = [r.asDict() for r in raw.where("row_kind = 'progress'").select(*PROGRESS_ROW).collect()]
+        with result.steps("read"):  # the first action materialises the persisted read
+            progress = [r.asDict() for r in raw.where("row_kind = 'progress'").select(*PROGRESS_ROW).collect()]
         coverage = file_log.coverage(progress)
         records = (
             raw.where("row_kind = 'record'")
@@ -117,9 +120,10 @@ def _read(
         result.rows_read = coverage.records
         if coverage.records:
             meta = {"run_id": run_id, "source": name, "kind": "segments"}
-            result.rows_inserted, result.conflicts = merge_records(
-                spark, tables, records, run_id, meta, coverage=coverage
-            )
+            with result.steps("write"):
+                result.rows_inserted, result.conflicts = merge_records(
+                    spark, tables, records, run_id, meta, coverage=coverage
+                )
     finally:
         raw.unpersist()
     return progress

@@ -24,6 +24,7 @@ from pyspark.sql.types import StringType
 
 from pipelines.bronze.segments_source import content_hash
 from pipelines.runtime import faults, lake
+from pipelines.runtime.steps import Steps
 
 if TYPE_CHECKING:
     from pipelines.runtime.tables import Tables
@@ -68,6 +69,7 @@ class IngestResult:
     notes: list[str] = field(default_factory=list)
     files: dict[str, int] = field(default_factory=dict)  # segments: files per plan (new, unchanged, grown, replaced)
     bytes_read: int = 0  # segments: bytes of the byte ranges read
+    steps: Steps = field(default_factory=lambda: Steps("bronze"))  # wall time per step
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -82,6 +84,7 @@ class IngestResult:
             "notes": self.notes,
             "files": self.files,
             "bytes_read": self.bytes_read,
+            "steps": self.steps,
         }
 
 

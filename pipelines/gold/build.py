@@ -21,9 +21,6 @@ One run (docs/gold.md):
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +34,7 @@ from pipelines.gold.plan import PART, Pair, Plan, make_plan, progress_rows
 from pipelines.runtime import faults, lake
 from pipelines.runtime.ddl import arrow_type
 from pipelines.runtime.lake import partitions_predicate
+from pipelines.runtime.steps import Steps
 from pipelines.runtime.tables import Tables
 from pipelines.silver.topics import fill_topic_names, topic_names
 
@@ -68,14 +66,7 @@ class GoldResult:
     derived_rows: dict[str, int] = field(default_factory=dict)  # rows written per table
     purged: int = 0  # soft-deleted current_offsets rows past their retention, removed
     plan_source: str = ""  # change data feed, or a scan of silver (first run, feed unavailable)
-    seconds: dict[str, float] = field(default_factory=dict)  # wall time per step, for operators and benchmarks
-
-    @contextmanager
-    def step(self, name: str) -> Iterator[None]:
-        start = time.perf_counter()
-        yield
-        self.seconds[name] = round(time.perf_counter() - start, 1)
-        log.info("gold: %s took %.1f s", name, self.seconds[name])
+    steps: Steps = field(default_factory=lambda: Steps("gold"))  # wall time per step
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -297,12 +288,12 @@ def run_gold(
         tables.ensure("gold", t)
     tables.ensure_views("gold")
     result = GoldResult(mode="full refresh" if full_refresh else "incremental")
-    with result.step("plan"):
+    with result.steps("plan"):
         plan = make_plan(spark, tables, full_refresh)
     result.plan_source = plan.source
     if not plan.partitions:
         if plan.names_changed:
-            with result.step("topic names"):
+            with result.steps("topic names"):
                 _refresh_names(spark, tables)
         if plan.consumed_changed:  # silver moved but nothing gold replays did: remember the versions
             progress_rows(spark, tables, plan, {}, run_id)
@@ -319,13 +310,13 @@ def run_gold(
         .cogroup(state.groupBy(*PART))
         .applyInArrow(_replay_function(run_id, retention_ms, soft_ms, schemas), OUTPUT_DDL)
     )
-    with result.step("read events and replay"):
+    with result.steps("read events and replay"):
         # a checkpoint, not a cache: the replay read the gold tables it is about to write, and
         # Spark re-computes cached plans over a table written to (each write would replay again,
         # on the tables as the earlier writes left them)
         out = replayed.localCheckpoint(eager=True)
     try:
-        with result.step("count"):
+        with result.steps("count"):
             listing = out.select(*PART, "table", "rows", "changed").collect()
             rows = {t: sum(r["rows"] for r in listing if r["table"] == t) for t in GOLD_TABLES}
             changed = {
@@ -341,12 +332,12 @@ def run_gold(
         # a crash from here on makes the next run recompute these partitions from their start
         progress_rows(spark, tables, plan, done, run_id, in_flight=True)
         faults.point("gold.before_merge")
-        with result.step("write tables"):
+        with result.steps("write tables"):
             _write(spark, tables, out, plan, changed)
         if plan.names_changed:
-            with result.step("topic names"):
+            with result.steps("topic names"):
                 _refresh_names(spark, tables)
-        with result.step("progress"):
+        with result.steps("progress"):
             progress_rows(spark, tables, plan, done, run_id)
     finally:
         out.unpersist()

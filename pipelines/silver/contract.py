@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipelines.runtime.steps import Steps
+
 KEY = ("cluster", "offsets_partition", "record_offset")
 MEMBER_KEY = (*KEY, "member_index")
 
@@ -51,6 +53,7 @@ class SilverResult:
     released: int = 0  # redecode: quarantine rows now decoded into their tables
     topic_names_resolved: int = 0
     notes: list[str] = field(default_factory=list)
+    steps: Steps = field(default_factory=lambda: Steps("silver"))  # wall time per step
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -64,4 +67,5 @@ class SilverResult:
             "released": self.released,
             "topic_names_resolved": self.topic_names_resolved,
             "notes": self.notes,
+            "steps": self.steps,
         }

@@ -96,7 +96,8 @@ def run_silver(spark: SparkSession, tables: Tables, run_id: str, full_refresh: b
             inserts = lake.changes(spark, bronze_path, watermark + 1, latest).where("_change_type = 'insert'")
             wide = decode_frame(inserts, plan)
             wide = wide.persist(StorageLevel.MEMORY_AND_DISK)
-            counts = decoded_counts(wide)
+            with result.steps("read and decode"):
+                counts = decoded_counts(wide)
         except FEED_ERRORS as exc:  # feed switched on later, files vacuumed: read the snapshot
             log.warning("silver: change data feed unavailable for bronze %d..%d: %s", watermark + 1, latest, exc)
             if wide is not None:
@@ -111,7 +112,9 @@ def run_silver(spark: SparkSession, tables: Tables, run_id: str, full_refresh: b
         source = lake.read_at(spark, bronze_path, latest)
         wide = decode_frame(source, plan).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        counts = counts or decoded_counts(wide)
+        if counts is None:
+            with result.steps("read and decode"):
+                counts = decoded_counts(wide)
         result.bronze_rows = counts["_rows"]
         result.rows = {t: counts[t] for t in DATA_TABLES}
         result.quarantined = counts["quarantine"]
@@ -119,10 +122,13 @@ def run_silver(spark: SparkSession, tables: Tables, run_id: str, full_refresh: b
         if full:
             pending_summary = {"decoder_version": plan.decoder_version}
             write_progress(spark, tables, run_id, "refresh_pending", None, 0, pending_summary)
-            update_topic_ids(spark, tables, wide, overwrite=True)
-            refresh_tables(spark, tables, wide, result)
+            with result.steps("topic ids"):
+                update_topic_ids(spark, tables, wide, overwrite=True)
+            with result.steps("write tables"):
+                refresh_tables(spark, tables, wide, result)
             faults.point("silver.before_derived")
-            update_inventory(spark, tables, latest, None)
+            with result.steps("inventory"):
+                update_inventory(spark, tables, latest, None)
         else:
             # the intent row: a run killed from here on makes the next run MERGE instead of append
             write_progress(spark, tables, run_id, "started", latest, result.bronze_rows, {"from": watermark})
@@ -131,23 +137,28 @@ def run_silver(spark: SparkSession, tables: Tables, run_id: str, full_refresh: b
             append = result.mode == "incremental" and not killed
             pairs = counts["_pairs"]
             ids_before = lake.version(spark, tables.path("silver", "topic_ids"))
-            learnt = update_topic_ids(spark, tables, wide) if counts["_topic_carriers"] else set()
-            insert_tables(spark, tables, wide, pairs, result, counts["_topic_ids_to_resolve"] > 0, append)
+            with result.steps("topic ids"):
+                learnt = update_topic_ids(spark, tables, wide) if counts["_topic_carriers"] else set()
+            with result.steps("write tables"):
+                insert_tables(spark, tables, wide, pairs, result, counts["_topic_ids_to_resolve"] > 0, append)
             faults.point("silver.before_derived")
             # rows written before this run may name topics learnt since: by a killed run (all
             # clusters), or by this one (the clusters that learnt ids and hold such rows)
-            if ids_before != recorded.get("topic_ids_version"):
-                result.topic_names_resolved = resolve_topic_names(spark, tables)
-            elif learnt and named_rows_in(spark, tables, learnt):
-                result.topic_names_resolved = resolve_topic_names(spark, tables, learnt)
-            if append and inserts is not None:  # rows silver never counted: add them to their partitions' census
-                quarantined = wide.where("quarantine IS NOT NULL").select(*KEY)
-                add_to_inventory(spark, tables, inserts, quarantined, pairs, latest)
-            else:
-                changed = True if sum(result.inserted.values()) else None
-                update_inventory(spark, tables, latest, pairs, changed=changed)
+            with result.steps("topic names"):
+                if ids_before != recorded.get("topic_ids_version"):
+                    result.topic_names_resolved = resolve_topic_names(spark, tables)
+                elif learnt and named_rows_in(spark, tables, learnt):
+                    result.topic_names_resolved = resolve_topic_names(spark, tables, learnt)
+            with result.steps("inventory"):
+                if append and inserts is not None:  # rows silver never counted: add them to their partitions' census
+                    quarantined = wide.where("quarantine IS NOT NULL").select(*KEY)
+                    add_to_inventory(spark, tables, inserts, quarantined, pairs, latest)
+                else:
+                    changed = True if sum(result.inserted.values()) else None
+                    update_inventory(spark, tables, latest, pairs, changed=changed)
     finally:
         wide.unpersist()
     faults.point("silver.before_watermark")
-    finish(spark, tables, run_id, result, plan, latest)
+    with result.steps("watermark"):
+        finish(spark, tables, run_id, result, plan, latest)
     return result

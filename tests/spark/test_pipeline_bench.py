@@ -53,6 +53,9 @@ def test_pipeline_bench_smoke(session_conf_restored, tmp_path, capsys) -> None:
         for stage, numbers in run["stages"].items():
             assert numbers["seconds"] > 0 and numbers["spark_jobs"] > 0, (run["run"], stage, numbers)
         assert run["stages"]["gold"]["steps"], "gold reports its steps"
+    for stage, steps in (("bronze", {"plan files", "read", "write"}), ("silver", {"read and decode", "write tables"})):
+        assert steps <= set(initial["stages"][stage]["steps"]), (stage, initial["stages"][stage]["steps"])
+    assert "| silver: write tables |" in printed
 
     base = result["records"] - inc["records"]
     assert initial["new_records"] == initial["stages"]["bronze"]["inserted"] == base
