@@ -398,20 +398,7 @@ class Workload:
                     {"event": "commit", "group": g.name, "offsets": {f"{t}:{p}": plain}},
                 )
             )
-        commit = self.rng.random() < 0.7
-        if commit:
-            self._apply_txn(g, offsets, begun)
-        key, value = encode_control(1 if commit else 0, 3)
-        self.tick()
-        batches.append(
-            (
-                part,
-                self.now,
-                [(key, value)],
-                {"transactional": True, "control": True, "producer_id": pid, "producer_epoch": 0},
-                {"event": "txn_commit" if commit else "txn_abort", "group": g.name, "producer_id": pid},
-            )
-        )
+        batches.append(self._end_txn(g, offsets, begun, part, pid, commit=self.rng.random() < 0.7))
         return batches
 
     # -- new protocol (KIP-848 consumer, share, streams) ------------------------------------------
@@ -632,19 +619,20 @@ class Workload:
         batches = []
         for part, pid in list(self.open_txns)[leave_open:]:
             g, offsets, begun = self.open_txns.pop((part, pid))
-            self._apply_txn(g, offsets, begun)
-            key, value = encode_control(1, 3)
-            self.tick()
-            batches.append(
-                (
-                    part,
-                    self.now,
-                    [(key, value)],
-                    {"transactional": True, "control": True, "producer_id": pid, "producer_epoch": 0},
-                    {"event": "txn_commit", "group": g.name, "producer_id": pid},
-                )
-            )
+            batches.append(self._end_txn(g, offsets, begun, part, pid, commit=True))
         return batches
+
+    def _end_txn(
+        self, g: Group, offsets: dict[tuple[str, int], int], begun: int, part: int, pid: int, commit: bool
+    ) -> tuple:
+        """The COMMIT or ABORT marker batch that ends a transaction (a COMMIT applies its offsets)."""
+        if commit:
+            self._apply_txn(g, offsets, begun)
+        key, value = encode_control(1 if commit else 0, 3)
+        self.tick()
+        opts = {"transactional": True, "control": True, "producer_id": pid, "producer_epoch": 0}
+        event = {"event": "txn_commit" if commit else "txn_abort", "group": g.name, "producer_id": pid}
+        return (part, self.now, [(key, value)], opts, event)
 
     def _apply_txn(self, g: Group, offsets: dict[tuple[str, int], int], begun: int) -> None:
         """COMMIT: a pending offset loses to a plain commit written after the transaction began."""

@@ -236,10 +236,7 @@ def _write(spark: SparkSession, tables: Tables, out: DataFrame, plan: Plan, chan
 
     todo = [t for t in GOLD_TABLES if changed.get(t)]
     try:
-        for table in todo[:1]:
-            write(table)
-            faults.point("gold.between_merges")
-        lake.in_parallel([lambda t=t: write(t) for t in todo[1:]])
+        lake.first_then_parallel(todo, write, lambda: faults.point("gold.between_merges"))
     finally:
         if names is not None:
             names.unpersist()

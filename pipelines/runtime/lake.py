@@ -13,7 +13,7 @@ Creating and registering a table (its declared columns, partitioning and propert
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
@@ -37,6 +37,7 @@ __all__ = [
     "drop",
     "exists",
     "file_ranges",
+    "first_then_parallel",
     "in_parallel",
     "insert_new",
     "key_condition",
@@ -418,6 +419,15 @@ def in_parallel(writes: Iterable[Callable[[], None]], threads: int = 4) -> None:
     with ThreadPoolExecutor(max_workers=min(threads, len(jobs))) as pool:
         for future in [pool.submit(job) for job in jobs]:
             future.result()
+
+
+def first_then_parallel(tables: Sequence[str], write: Callable[[str], None], after_first: Callable[[], None]) -> None:
+    """``write`` each table: the first alone, then ``after_first`` (a fault point: a run killed
+    there has committed exactly one table), then the rest at once (:func:`in_parallel`)."""
+    for table in tables[:1]:
+        write(table)
+        after_first()
+    in_parallel([lambda t=t: write(t) for t in tables[1:]])
 
 
 @contextmanager

@@ -67,10 +67,8 @@ def insert_tables(
             frame = with_topic_names(frame, table, names)
         result.inserted[table] = merge_insert(spark, tables, table, frame, pairs, result.rows[table], append)
 
-    try:
-        for table in todo[:1]:
-            insert(table)
-            faults.point("silver.after_first_table")
+    def after_first() -> None:
+        faults.point("silver.after_first_table")
         if len(todo) > 1 and os.environ.get("OFFSETS_FAULT") == "silver.after_write_before_commit":
             second = todo[1]
             if table_exists(spark, tables, second):
@@ -80,7 +78,9 @@ def insert_tables(
                     tables.path("silver", second)
                 )
                 faults.point("silver.after_write_before_commit")
-        lake.in_parallel([lambda t=t: insert(t) for t in todo[1:]])
+
+    try:
+        lake.first_then_parallel(todo, insert, after_first)
     finally:
         if names is not None:
             names.unpersist()
@@ -97,9 +97,6 @@ def refresh_tables(spark: SparkSession, tables: Tables, wide: DataFrame, result:
         result.inserted[table] = result.rows.get(table, 0)
 
     try:
-        for table in todo[:1]:
-            refresh(table)
-            faults.point("silver.refresh_after_first_table")
-        lake.in_parallel([lambda t=t: refresh(t) for t in todo[1:]])
+        lake.first_then_parallel(todo, refresh, lambda: faults.point("silver.refresh_after_first_table"))
     finally:
         names.unpersist()
