@@ -96,14 +96,21 @@ def _state_frame(spark: SparkSession, tables: Tables, plan: Plan) -> DataFrame:
     """The persisted rows the incremental partitions resume from, in the output's layout: each
     current table's rows, the open intervals, and the applied offset."""
     where = partitions_predicate(plan.incremental)
+
+    def rows(table: str) -> DataFrame | None:
+        if plan.incremental:
+            return lake.read(spark, tables.path("gold", table), where)
+        # nothing resumes (a first run, a full refresh): no scan, an empty frame of the table's columns
+        return spark.createDataFrame([], tables.spec("gold", table).ddl_columns())
+
     out = None
     for table in (*GOLD_TABLES, "progress"):
         if table == "progress":
-            df = lake.read(spark, tables.path("gold", "partition_progress"), where)
+            df = rows("partition_progress")
             value = F.struct(F.col("applied_offset"), *(F.lit(None).cast("bigint").alias(c) for c in
                                                         ("events", "log_now", "purged")))  # fmt: skip
         else:
-            df = lake.read(spark, tables.path("gold", table), where)
+            df = rows(table)
             if table in INTERVALS:
                 df = df.where(F.col(INTERVALS[table]).isNull())
             value = F.struct(*[F.col(c.name) for c in _payload(tables, table)])
@@ -281,8 +288,7 @@ def run_gold(
     soft_delete_retention_days: float | None = None,
 ) -> GoldResult:
     full_refresh = _rebuild_if_outdated(spark, tables) or full_refresh
-    for t in tables.specs["gold"]:
-        tables.ensure("gold", t)
+    lake.in_parallel([lambda t=t: tables.ensure("gold", t) for t in tables.specs["gold"]])  # a first run creates them
     tables.ensure_views("gold")
     result = GoldResult(mode="full refresh" if full_refresh else "incremental")
     with result.steps("plan"):

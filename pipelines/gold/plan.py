@@ -183,11 +183,19 @@ def _feed(
 def _from_scan(spark: SparkSession, tables: Tables, plan: Plan, force: str | None = None) -> Plan:
     """Plan from the positions of all events: a partition is incremental when exactly the events
     it applied lie at or below its applied offset and some lie above."""
+    applied = {pair: r["applied_offset"] for pair, r in plan.progress.items() if r["applied_offset"] is not None}
+    if force or not applied:
+        # every partition replays from its start: which partitions silver holds decoded rows of is
+        # all the plan needs, and silver's census says it in one small read
+        held = _partitions_held(spark, tables)
+        if held is not None:
+            for pair in held:
+                plan.why[pair] = force or "first run"
+            return plan
     positions = positions_frame(spark, tables)
     if positions is None:
         return plan
     counts = positions.groupBy(*PART).agg(F.max("record_offset").alias("max_offset"), F.count("*").alias("events"))
-    applied = {pair: r["applied_offset"] for pair, r in plan.progress.items() if r["applied_offset"] is not None}
     below: dict[Pair, int] = {}
     if applied and not force:
         marks = spark.createDataFrame(
@@ -210,6 +218,15 @@ def _from_scan(spark: SparkSession, tables: Tables, plan: Plan, force: str | Non
             plan.incremental_from[pair] = prog["applied_offset"]
             plan.events_before[pair] = prog["events_applied"]
     return plan
+
+
+def _partitions_held(spark: SparkSession, tables: Tables) -> list[Pair] | None:
+    """The partitions silver holds decoded records of, from silver.version_inventory (None when it
+    does not exist: a lakehouse silver never counted; the caller scans the events instead)."""
+    inventory = lake.read(spark, tables.path("silver", "version_inventory"), "status = 'decoded'")
+    if inventory is None:
+        return None
+    return sorted((r[0], r[1]) for r in inventory.select(*PART).distinct().collect())
 
 
 def progress_rows(

@@ -14,11 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
-from pipelines.codec.schema import schemas_dir
+from pipelines.codec.schema import load_yaml, schemas_dir
 from pipelines.errors import ConfigError, DeclarationError
 from pipelines.runtime import lake
 from pipelines.runtime.lake import sql_str
@@ -70,7 +69,7 @@ def load_specs(root: Path | None = None) -> dict[str, dict[str, TableSpec]]:
     root = (root or schemas_dir()) / "tables"
     out: dict[str, dict[str, TableSpec]] = {}
     for path in sorted(root.glob("*.yaml")):
-        doc: dict[str, Any] = yaml.safe_load(path.read_text())
+        doc: dict[str, Any] = load_yaml(path)
         layer = doc["layer"]
         out[layer] = {}
         for name, t in doc["tables"].items():
@@ -103,7 +102,7 @@ def load_views(root: Path | None = None) -> list[ViewSpec]:
     root = (root or schemas_dir()) / "tables"
     out = []
     for path in sorted(root.glob("*.yaml")):
-        doc: dict[str, Any] = yaml.safe_load(path.read_text())
+        doc: dict[str, Any] = load_yaml(path)
         for name, v in (doc.get("views") or {}).items():
             out.append(ViewSpec(doc["layer"], name, v.get("comment", ""), v["sql"]))
     return out
@@ -201,11 +200,13 @@ class Tables:
             names += self.ensure_views(layer, names)
         return names
 
-    def _view_sql(self, view: ViewSpec) -> str:
+    def _view_body(self, view: ViewSpec) -> str:
         names = [*self.specs.get(view.layer, {}), *(v.name for v in load_views() if v.layer == view.layer)]
-        refs = {t: self.name(view.layer, t) for t in names}
+        return view.sql.format(**{t: self.name(view.layer, t) for t in names})
+
+    def _view_sql(self, view: ViewSpec) -> str:
         name = self.name(view.layer, view.name)
-        return f"CREATE OR REPLACE VIEW {name} COMMENT {sql_str(view.comment)} AS {view.sql.format(**refs)}"
+        return f"CREATE OR REPLACE VIEW {name} COMMENT {sql_str(view.comment)} AS {self._view_body(view)}"
 
     def ensure_views(self, layer: str, existing: list[str] | None = None) -> list[str]:
         """(Re)create the layer's views whose tables exist; returns their names."""
@@ -216,9 +217,21 @@ class Tables:
                 continue
             refs = re.findall(r"{(\w+)}", view.sql)
             if all(self.name(layer, r) in existing + out for r in refs):  # views may build on earlier views
-                self.spark.sql(self._view_sql(view))
+                if self._registered_view_sql(layer, view.name) != self._view_body(view):
+                    # analysing a view resolves its tables (Delta snapshots): skipped when unchanged
+                    self.spark.sql(self._view_sql(view))
                 out.append(self.name(layer, view.name))
         return out
+
+    def _registered_view_sql(self, layer: str, view: str) -> str | None:
+        """The SQL text of the view registered under the name in this session, if any."""
+        jvm = self.spark.sparkContext._jvm
+        ident = jvm.org.apache.spark.sql.catalyst.TableIdentifier(view, jvm.scala.Some(self.schema_names[layer]))
+        catalog = self.spark._jsparkSession.sessionState().catalog()
+        if not catalog.tableExists(ident):
+            return None
+        text = catalog.getTableMetadata(ident).viewText()
+        return str(text.get()) if text.isDefined() else None
 
     def init_sql(self) -> str:
         """SQL that registers every table by name, for `spark-sql -i` users."""
