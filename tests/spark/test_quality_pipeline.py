@@ -120,6 +120,35 @@ def test_clean_generated_data_passes_every_suite(lakehouse) -> None:
     assert "gold.truth_snapshot" in index.read_text()
 
 
+def test_unchanged_tables_are_not_validated_again(lakehouse) -> None:
+    """A run whose suites would read exactly what an earlier run validated (same table versions,
+    expectations and settings) reports that run's outcomes instead of validating again (a no-op
+    run costs no validation); a changed table, or another policy, is validated again."""
+    from pipelines.runtime import lake
+
+    ctx, _, _, _ = lakehouse
+    spark, tables = ctx.spark, ctx.tables
+    rules = Suites({"silver.group_metadata": load_suites()["silver.group_metadata"]})
+    results = tables.path("quality", "results")
+    first = run_quality(spark, tables, "memo-1", QualitySettings(), layers=("silver",), suites=rules)
+    assert any(o.evaluated for o in first.outcomes) and not first.notes
+    version = lake.version(spark, results)
+    again = run_quality(spark, tables, "memo-2", QualitySettings(), layers=("silver",), suites=rules)
+    assert again.notes == ["nothing changed since quality run memo-1 validated these tables: its outcomes stand"]
+    key = ("suite", "expectation", "action", "unexpected_count", "element_count")
+    assert [tuple(getattr(o, k) for k in key) for o in again.outcomes] == [
+        tuple(getattr(o, k) for k in key) for o in first.outcomes
+    ]
+    assert lake.version(spark, results) == version, "a skipped validation writes no results"
+    warn = run_quality(spark, tables, "memo-3", QualitySettings(policy="warn"), layers=("silver",), suites=rules)
+    assert not warn.notes and lake.version(spark, results) == version + 1
+    # a table the suites read changed (one more commit, even without new rows): validated again
+    path = tables.path("silver", "group_metadata")
+    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('offsets_lakehouse.test' = 'touched')")
+    changed = run_quality(spark, tables, "memo-4", QualitySettings(policy="warn"), layers=("silver",), suites=rules)
+    assert not changed.notes and lake.version(spark, results) == version + 2
+
+
 def test_policies_warn_fail_and_quarantine(lakehouse) -> None:
     ctx, _, _, _ = lakehouse
     spark, tables = ctx.spark, ctx.tables
