@@ -337,7 +337,7 @@ def run_gold(
         faults.point("gold.before_merge")
         with result.steps("write tables"):
             _write(spark, tables, out, plan, changed)
-        if plan.names_changed:
+        if plan.names_changed and plan.progress:  # a first run wrote every member row with today's names
             with result.steps("topic names"):
                 _refresh_names(spark, tables)
         with result.steps("progress"):
