@@ -301,4 +301,3 @@ def check_history_chains(spark) -> None:
         "HAVING count(*) > 1)"
     ).collect()[0]["n"]
     assert multi > 0  # keys with several versions exist, so the chain check above checked something
-
