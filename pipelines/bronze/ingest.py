@@ -26,7 +26,6 @@ from pipelines.bronze.kafka_source import ingest_kafka
 from pipelines.bronze.segments_source import PROGRESS_COLUMNS, ByteRange, cluster_for, register
 from pipelines.bronze.sink import IngestResult, merge_issues, merge_records
 from pipelines.errors import InputError, SourceNotFound
-from pipelines.runtime import lake
 from pipelines.runtime.config import DumpSource, KafkaSource, SegmentsSource
 
 if TYPE_CHECKING:
@@ -49,9 +48,8 @@ def ingest_segments(
     result = IngestResult(name, source.cluster, "segments")
     with result.steps("plan files"):
         log_path = tables.path("bronze", "ingested_files")
-        first = not lake.exists(spark, log_path)
+        logged = file_log.load(spark, log_path, name)  # before ensure: a table not there yet is not read
         tables.ensure("bronze", "ingested_files")
-        logged = {} if first else file_log.load(spark, log_path, name)  # a table just created is empty
         plans = file_log.plan_files(listed, logged, crc_at)
         ranges = file_log.ranges(plans, source.split_bytes)
     result.files = file_log.counts(plans)

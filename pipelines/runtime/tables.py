@@ -159,15 +159,18 @@ class Tables:
         )
         return name
 
-    def _registered_location(self, layer: str, table: str) -> str | None:
-        """Where the session catalog says the table's name points, or None when unregistered.
-        Read from the catalog's metadata (cheap), not by DESCRIBE, which loads the Delta log."""
+    def _catalog_entry(self, layer: str, name: str) -> Any:
+        """The session catalog's metadata of a table or view (a JVM CatalogTable), or None when the
+        name is unregistered. Cheap: no DESCRIBE, which would load the Delta log."""
         jvm = self.spark.sparkContext._jvm
-        ident = jvm.org.apache.spark.sql.catalyst.TableIdentifier(table, jvm.scala.Some(self.schema_names[layer]))
+        ident = jvm.org.apache.spark.sql.catalyst.TableIdentifier(name, jvm.scala.Some(self.schema_names[layer]))
         catalog = self.spark._jsparkSession.sessionState().catalog()
-        if not catalog.tableExists(ident):
-            return None
-        return str(catalog.getTableMetadata(ident).location().toString())
+        return catalog.getTableMetadata(ident) if catalog.tableExists(ident) else None
+
+    def _registered_location(self, layer: str, table: str) -> str | None:
+        """Where the session catalog says the table's name points, or None when unregistered."""
+        entry = self._catalog_entry(layer, table)
+        return None if entry is None else str(entry.location().toString())
 
     def _add_new_columns(self, name: str, spec: TableSpec) -> None:
         """Additive schema evolution: columns a newer declaration adds are added to an existing
@@ -204,9 +207,9 @@ class Tables:
         names = [*self.specs.get(view.layer, {}), *(v.name for v in load_views() if v.layer == view.layer)]
         return view.sql.format(**{t: self.name(view.layer, t) for t in names})
 
-    def _view_sql(self, view: ViewSpec) -> str:
+    def _view_sql(self, view: ViewSpec, body: str | None = None) -> str:
         name = self.name(view.layer, view.name)
-        return f"CREATE OR REPLACE VIEW {name} COMMENT {sql_str(view.comment)} AS {self._view_body(view)}"
+        return f"CREATE OR REPLACE VIEW {name} COMMENT {sql_str(view.comment)} AS {body or self._view_body(view)}"
 
     def ensure_views(self, layer: str, existing: list[str] | None = None) -> list[str]:
         """(Re)create the layer's views whose tables exist; returns their names."""
@@ -217,21 +220,18 @@ class Tables:
                 continue
             refs = re.findall(r"{(\w+)}", view.sql)
             if all(self.name(layer, r) in existing + out for r in refs):  # views may build on earlier views
-                if self._registered_view_sql(layer, view.name) != self._view_body(view):
+                body = self._view_body(view)
+                if self._registered_view_sql(layer, view.name) != body:
                     # analysing a view resolves its tables (Delta snapshots): skipped when unchanged
-                    self.spark.sql(self._view_sql(view))
+                    self.spark.sql(self._view_sql(view, body))
                 out.append(self.name(layer, view.name))
         return out
 
     def _registered_view_sql(self, layer: str, view: str) -> str | None:
         """The SQL text of the view registered under the name in this session, if any."""
-        jvm = self.spark.sparkContext._jvm
-        ident = jvm.org.apache.spark.sql.catalyst.TableIdentifier(view, jvm.scala.Some(self.schema_names[layer]))
-        catalog = self.spark._jsparkSession.sessionState().catalog()
-        if not catalog.tableExists(ident):
-            return None
-        text = catalog.getTableMetadata(ident).viewText()
-        return str(text.get()) if text.isDefined() else None
+        entry = self._catalog_entry(layer, view)
+        text = None if entry is None else entry.viewText()
+        return str(text.get()) if text is not None and text.isDefined() else None
 
     def init_sql(self) -> str:
         """SQL that registers every table by name, for `spark-sql -i` users."""
