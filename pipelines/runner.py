@@ -93,6 +93,8 @@ class Context:
 
     def __init__(self, config_path: str | Path, master: str | None = None) -> None:
         self.config_path = Path(config_path)
+        # Spark settings on top of jobs.yaml's, for a session with a special role (serve.py)
+        self.extra_conf: dict[str, str] = {}
         self.config: JobsFile = load_jobs(self.config_path)
         self.base_dir = self.config_path.resolve().parent
         self.root = resolve_root(self.config, self.base_dir)
@@ -110,7 +112,7 @@ class Context:
     @property
     def spark(self) -> SparkSession:
         if self._spark is None:
-            self._spark = build_session(self.config.spark, self.master)
+            self._spark = build_session(self.config.spark, self.master, extra_conf=self.extra_conf)
         return self._spark
 
     @property

@@ -6,6 +6,7 @@ run), 2 bad arguments or configuration, 3 data-quality failure.
 
 from __future__ import annotations
 
+import csv
 import json
 import logging
 import re
@@ -351,7 +352,13 @@ def status(config_path: Path, as_json: bool, verbose: bool) -> None:
 @click.argument("query", required=False)
 @_config_option
 @click.option("--file", "-f", "query_file", type=click.Path(exists=True, path_type=Path), help="Read SQL from a file.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per row.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "csv", "json"]),
+    help="table (default; --limit rows), csv (a header line, every row) or json (one object per line, every row).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.option("--limit", type=int, default=200, show_default=True, help="Rows to print (table output).")
 @click.option("--print-init", is_flag=True, help="Print SQL that registers every table, for `spark-sql -i`.")
 @_verbose_option
@@ -359,16 +366,20 @@ def sql(
     query: str | None,
     config_path: Path,
     query_file: Path | None,
+    fmt: str | None,
     as_json: bool,
     limit: int,
     print_init: bool,
     verbose: bool,
 ) -> None:
-    """Query the lakehouse with Spark SQL: bronze.*, silver.*, gold.* are registered by name."""
+    """Query the lakehouse with Spark SQL: bronze.*, silver.*, gold.*, quality.* are registered by name."""
     from pipelines.runner import Context
 
     if not print_init and not query and not query_file:
         raise click.UsageError("give a QUERY, --file or --print-init")
+    if as_json and fmt not in (None, "json"):
+        raise click.UsageError(f"--json and --format {fmt} are exclusive")
+    fmt = "json" if as_json else fmt or "table"
     with one_line_errors(verbose):
         ctx = Context(config_path)
         if print_init:
@@ -377,12 +388,113 @@ def sql(
         ctx.tables.register_existing()
         text = query_file.read_text() if query_file else query
         df = ctx.spark.sql(text)
-        rows = df.limit(limit).collect() if not as_json else df.collect()
-    if as_json:
+        rows = df.limit(limit).collect() if fmt == "table" else df.collect()
+    if fmt == "json":
         for r in rows:
             click.echo(json.dumps(r.asDict(recursive=True), default=str))
+    elif fmt == "csv":
+        write_csv(df.columns, [[_csv_value(v) for v in r] for r in rows])
     else:
         render_rows(df.columns, rows)
+
+
+def write_csv(columns: list[str], rows: list[list[Any]]) -> None:
+    """RFC 4180 CSV on stdout (the csv module's quoting), a header line first."""
+    out = csv.writer(sys.stdout, lineterminator="\n")
+    out.writerow(columns)
+    out.writerows(rows)
+
+
+def _csv_value(value: Any) -> Any:
+    """None as an empty field; structs, arrays and maps as JSON (a CSV field holds one string)."""
+    if value is None:
+        return ""
+    if hasattr(value, "asDict"):
+        return json.dumps(value.asDict(recursive=True), default=str)
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, default=lambda v: v.asDict(recursive=True) if hasattr(v, "asDict") else str(v))
+    return value
+
+
+@cli.command()
+@_config_option
+@click.option(
+    "--protocol",
+    type=click.Choice(["thrift", "connect", "both"]),
+    default="thrift",
+    show_default=True,
+    help="thrift: HiveServer2 JDBC/ODBC (BI tools, beeline); connect: Spark Connect (notebooks); both.",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option(
+    "--port",
+    type=click.IntRange(1, 65535),
+    help="Port of the protocol (default 10000 for thrift, 15002 for connect; with both: thrift's).",
+)
+@click.option("--connect-port", type=click.IntRange(1, 65535), help="Spark Connect's port with --protocol both.")
+@click.option(
+    "--refresh",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    help="Seconds between registrations of new tables (0: only on SIGHUP).",
+)
+@click.option("--master", help="Spark master URL (overrides jobs.yaml).")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@_verbose_option
+def serve(
+    config_path: Path,
+    protocol: str,
+    host: str,
+    port: int | None,
+    connect_port: int | None,
+    refresh: float,
+    master: str | None,
+    log_format: str,
+    verbose: bool,
+) -> None:
+    """Keep one Spark session with every table registered and serve it over JDBC/ODBC or Spark Connect.
+
+    Prints one line when ready ("serving the lakehouse at jdbc:hive2://127.0.0.1:10000 (tables: N)"),
+    registers tables that appear later every --refresh seconds and on SIGHUP, and stops cleanly on
+    SIGINT/SIGTERM (exit 0). docs/sql.md.
+    """
+    from pipelines.serve import Server, endpoints
+    from pipelines.serve import serve as run_server
+
+    if connect_port and protocol != "both":
+        raise click.UsageError("--connect-port is for --protocol both (else use --port)")
+    _setup_logging(verbose, log_format)
+    with one_line_errors(verbose):
+        server = Server(config_path, endpoints(protocol, host, port, connect_port), master)
+        run_server(server, refresh, lambda line: click.echo(line))
+
+
+@cli.command()
+@_config_option
+@click.option("--all", "show_all", is_flag=True, help="Also the declared tables that do not exist yet.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per table.")
+@_verbose_option
+def tables(config_path: Path, show_all: bool, as_json: bool, verbose: bool) -> None:
+    """Every table's name and location, without Spark: for delta-rs, Polars or DuckDB (docs/sql.md)."""
+    from pipelines.runtime.config import load, resolve_root
+    from pipelines.runtime.tables import locations
+
+    with one_line_errors(verbose):
+        config = load(config_path)
+        lh = config.lakehouse  # schema names may be renamed there
+        found = locations(
+            resolve_root(config, config_path.resolve().parent),
+            {layer: getattr(lh, f"{layer}_schema") for layer in ("bronze", "silver", "gold", "quality")},
+        )
+    shown = [t for t in found if show_all or t.exists]
+    if as_json:
+        for t in shown:
+            doc = {"name": t.name, "location": t.location, "partitioned_by": list(t.partitioned_by), "exists": t.exists}
+            click.echo(json.dumps(doc))
+    else:
+        for t in shown:
+            click.echo(f"{t.name}\t{t.location}" + ("" if t.exists else "\t(not created yet)"))
 
 
 def main() -> None:
