@@ -107,12 +107,14 @@ class Server:
         self.ctx = Context(config_path, master)  # validates jobs.yaml before the JVM starts
         self.ctx.extra_conf = spark_conf(eps, self.ctx.config.spark.conf)
         self._thrift: Any = None
+        self._spark: Any = None  # the session, once started
         self.tables: list[str] = []
 
     def start(self) -> None:
+        self._spark = self.ctx.spark
         self.refresh()
         if any(ep.protocol == "thrift" for ep in self.eps):
-            spark = self.ctx.spark
+            spark = self._spark
             server_class = spark.sparkContext._jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2
             self._thrift = server_class.startWithContext(spark._jsparkSession.sqlContext())
         # Connect's gRPC server was started with the session by its plugin
@@ -128,7 +130,9 @@ class Server:
         if self._thrift is not None:
             self._thrift.stop()
             self._thrift = None
-        self.ctx.spark.stop()
+        if self._spark is not None:
+            self._spark.stop()
+            self._spark = None
 
     def ready_line(self) -> str:
         return f"serving the lakehouse at {' and '.join(ep.url for ep in self.eps)} (tables: {len(self.tables)})"
@@ -148,8 +152,8 @@ def serve(server: Server, refresh_seconds: float, on_ready: Callable[[str], None
     signal.signal(signal.SIGTERM, on_stop)
     if hasattr(signal, "SIGHUP"):
         signal.signal(signal.SIGHUP, lambda *_: wake.set())
-    server.start()
     try:
+        server.start()  # inside: a failed start (a port in use) still stops the session
         on_ready(server.ready_line())
         while not stop.is_set():
             wake.wait(refresh_seconds if refresh_seconds > 0 else None)
