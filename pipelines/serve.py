@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import tempfile
 import threading
 from collections.abc import Callable
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipelines.errors import OffsetsLakehouseError
 from pipelines.runner import Context
 from pipelines.runtime import jars
 
@@ -95,6 +97,16 @@ def spark_conf(eps: list[Endpoint], user_conf: dict[str, str] | None = None) -> 
     return conf
 
 
+def check_port_free(ep: Endpoint) -> None:
+    """A clear error when the endpoint's address cannot be bound (in use, or not this host's)."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the JVM's servers bind: TIME_WAIT is fine
+        try:
+            probe.bind((ep.host, ep.port))
+        except OSError as exc:
+            raise OffsetsLakehouseError(f"{ep.protocol} port {ep.host}:{ep.port}: {exc.strerror or exc}") from None
+
+
 def _derby_log_option() -> str:
     return f"-Dderby.stream.error.file={Path(tempfile.gettempdir()) / 'offsets-lakehouse-derby.log'}"
 
@@ -111,6 +123,8 @@ class Server:
         self.tables: list[str] = []
 
     def start(self) -> None:
+        for ep in self.eps:  # before the JVM: Spark would log a stack trace and lose the cause
+            check_port_free(ep)
         self._spark = self.ctx.spark
         self.refresh()
         if any(ep.protocol == "thrift" for ep in self.eps):

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import socket
 
 import pytest
 
 from pipelines import serve
+from pipelines.errors import OffsetsLakehouseError
 
 
 def test_endpoints_default_ports_and_urls() -> None:
@@ -28,3 +30,13 @@ def test_spark_conf_keeps_the_users_list_settings(monkeypatch: pytest.MonkeyPatc
     assert conf["spark.connect.grpc.binding.port"] == "15003"
     only_thrift = serve.spark_conf(serve.endpoints("thrift", "127.0.0.1", None), {})
     assert "spark.plugins" not in only_thrift and "spark.connect.grpc.binding.port" not in only_thrift
+
+
+def test_a_port_in_use_is_one_clear_error() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(OffsetsLakehouseError, match=rf"thrift port 127.0.0.1:{port}: Address already in use"):
+            serve.check_port_free(serve.Endpoint("thrift", "127.0.0.1", port))
+    serve.check_port_free(serve.Endpoint("thrift", "127.0.0.1", port))  # released: free again
