@@ -162,12 +162,18 @@ def serve(server: Server, refresh_seconds: float, on_ready: Callable[[str], None
         stop.set()
         wake.set()
 
-    signal.signal(signal.SIGINT, on_stop)
-    signal.signal(signal.SIGTERM, on_stop)
-    if hasattr(signal, "SIGHUP"):
-        signal.signal(signal.SIGHUP, lambda *_: wake.set())
+    def handle_signals() -> None:
+        signal.signal(signal.SIGINT, on_stop)
+        signal.signal(signal.SIGTERM, on_stop)
+        if hasattr(signal, "SIGHUP"):
+            signal.signal(signal.SIGHUP, lambda *_: wake.set())
+
+    handle_signals()
     try:
         server.start()  # inside: a failed start (a port in use) still stops the session
+        # again: pyspark's SparkContext replaces the SIGINT handler with one that cancels jobs
+        # and raises KeyboardInterrupt
+        handle_signals()
         on_ready(server.ready_line())
         while not stop.is_set():
             wake.wait(refresh_seconds if refresh_seconds > 0 else None)

@@ -211,8 +211,10 @@ def test_a_table_created_after_start_becomes_queryable(served: Served, lakehouse
     assert header == [c.name for c in load_specs()["quality"]["results"].columns]
 
 
-def test_sigterm_stops_the_server_with_exit_code_0(served: Served) -> None:
-    served.proc.send_signal(signal.SIGTERM)
+def test_sigint_stops_the_server_with_exit_code_0(served: Served) -> None:
+    # SIGINT rather than SIGTERM: pyspark installs its own SIGINT handler, which serve must replace
+    # (both end in the same handler; SIGTERM is checked by hand, docs/sql.md)
+    served.proc.send_signal(signal.SIGINT)
     assert served.proc.wait(timeout=120) == 0
     with socket.socket() as s:
         assert s.connect_ex(("127.0.0.1", served.thrift)) != 0  # the port is closed
