@@ -12,6 +12,7 @@ import json
 import logging
 import logging.handlers
 import re
+import shlex
 import sys
 import traceback
 from collections.abc import Iterator
@@ -400,18 +401,57 @@ def redecode(
 @cli.command()
 @_config_option
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+@click.option("--partitions", is_flag=True, help="Watermarks per (cluster, partition), not only per cluster.")
 @_verbose_option
-def status(config_path: Path, as_json: bool, verbose: bool) -> None:
-    """Tables, row counts, per-partition watermarks and the last runs."""
+def status(config_path: Path, as_json: bool, partitions: bool, verbose: bool) -> None:
+    """Tables, row counts, bronze watermarks per cluster (--partitions: per partition), the Kafka
+    source's positions and the last runs."""
     from pipelines.runner import Context
     from pipelines.status import collect_status
 
     with one_line_errors(verbose):
-        doc = collect_status(Context(config_path))
+        doc = collect_status(Context(config_path), partitions)
     if as_json:
         click.echo(json.dumps(doc, default=str))
     else:
         render_status(doc)
+
+
+@cli.command()
+@_config_option
+@click.option(
+    "--dir",
+    "workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Directory the lines cd into (default: the directory of jobs.yaml).",
+)
+def crontab(config_path: Path, workdir: Path | None) -> None:
+    """Print a crontab line per job of jobs.yaml that has a schedule (docs/operations.md)."""
+    from pipelines.runtime.config import load
+
+    with one_line_errors(False):
+        config = load(config_path)
+    click.echo(crontab_lines(config.jobs, config_path.resolve(), (workdir or config_path.parent).resolve()), nl=False)
+
+
+def crontab_lines(jobs: dict[str, Any], config: Path, workdir: Path) -> str:
+    """One crontab line per scheduled job: cd to ``workdir``, run the job with its logs in
+    ``var/log/<job>.log`` and its report appended to ``var/log/<job>-runs.jsonl``."""
+    exe = Path(sys.executable).parent / "offsets-lakehouse"
+    if not exe.exists():
+        exe = Path("offsets-lakehouse")
+    elif exe.is_relative_to(workdir):
+        exe = exe.relative_to(workdir)
+    cfg = "" if config == workdir / "jobs.yaml" else f" -c {shlex.quote(str(config))}"
+    out = [f"# offsets-lakehouse: one line per scheduled job of {config}\n"]
+    for name, job in jobs.items():
+        if job.schedule is None:
+            continue
+        out.append(
+            f"{job.schedule} cd {shlex.quote(str(workdir))} && mkdir -p var/log && {shlex.quote(str(exe))} run "
+            f"{shlex.quote(name)}{cfg} --log-file var/log/{name}.log --json >> var/log/{name}-runs.jsonl 2>&1\n"
+        )
+    return "".join(out)
 
 
 @cli.command()

@@ -144,24 +144,41 @@ def render_status(doc: dict[str, Any]) -> None:
     for row in doc["tables"]:
         t.add_row(row["table"], str(row["rows"]), row["location"])
     console.print(t)
-    w = Table(title="bronze watermarks per (cluster, partition)")
-    for col in ("cluster", "partition", "records", "first offset", "last offset", "last ingested"):
+    w = Table(title="bronze watermarks per cluster")
+    for col in ("cluster", "partitions", "records", "first offset", "last offset", "last ingested"):
         w.add_column(col)
     for row in doc["watermarks"]:
         w.add_row(
             row["cluster"],
-            str(row["partition"]),
+            str(row["partitions"]),
             str(row["records"]),
             str(row["first_offset"]),
             str(row["last_offset"]),
             str(row["last_ingested"]),
         )
     console.print(w)
-    if doc.get("kafka_positions"):
-        k = Table(title="Kafka source positions (last run per cluster)")
+    if "partitions" in doc:
+        p = Table(title="bronze watermarks per (cluster, partition)")
+        for col in ("cluster", "partition", "records", "first offset", "last offset", "last ingested"):
+            p.add_column(col)
+        for row in doc["partitions"]:
+            p.add_row(
+                row["cluster"],
+                str(row["partition"]),
+                str(row["records"]),
+                str(row["first_offset"]),
+                str(row["last_offset"]),
+                str(row["last_ingested"]),
+            )
+        console.print(p)
+    # every partition's position with --partitions; otherwise only those an open transaction holds back
+    positions = [r for r in doc.get("kafka_positions", []) if r["held_back"] or "partitions" in doc]
+    if positions:
+        title = "Kafka source positions (last run per cluster)"
+        k = Table(title=title if "partitions" in doc else f"{title}: held back")
         for col in ("cluster", "partition", "position", "high watermark", "held back", "run"):
             k.add_column(col)
-        for row in doc["kafka_positions"]:
+        for row in positions:
             k.add_row(
                 row["cluster"],
                 str(row["partition"]),
@@ -247,7 +264,7 @@ def stage_summary(stage: Any) -> str:
 
 class StageProgress:
     """The runner's stage listener on a terminal: a spinner with the elapsed time while a stage
-    runs, then one line with its status, seconds and result (``bronze ok in 12.3 s: …``). On
+    runs, then one line with its status, seconds and result (``bronze ok in 12.3 s — …``). On
     stderr, so stdout keeps only the report."""
 
     def __init__(self, console: Console | None = None) -> None:
@@ -281,6 +298,6 @@ class StageProgress:
         summary = stage_summary(report)
         self.console.print(
             f"[{colour}]{report.stage} {report.status}[/] in {report.seconds:.1f} s"
-            + (f": {summary}" if summary else ""),
+            + (f" — {summary}" if summary else ""),
             highlight=False,
         )
