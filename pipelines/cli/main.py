@@ -1,15 +1,19 @@
 """The ``offsets-lakehouse`` command line. Thin: parsing, output and exit codes only.
 
 Exit codes (docs/cli.md): 0 ok, 1 failure (undecodable records, corrupt batches, a failed
-run), 2 bad arguments or configuration, 3 data-quality failure.
+run), 2 bad arguments or configuration, 3 data-quality failure, 4 another run of the job is in
+progress (it holds the job's lock: nothing to do).
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import logging
+import logging.handlers
 import re
+import shlex
 import sys
 import traceback
 from collections.abc import Iterator
@@ -21,7 +25,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
-from pipelines.cli.render import render_inspect, render_rows, render_run, render_status
+from pipelines.cli.render import StageProgress, render_inspect, render_rows, render_run, render_status
 from pipelines.codec.segments import discover
 from pipelines.errors import ConfigError, OffsetsLakehouseError
 from pipelines.generate import generate as run_generate
@@ -32,7 +36,7 @@ from pipelines.runtime.config import STAGES
 # Expectations: seconds) when they run, so that inspect, generate, --help and a bad jobs.yaml
 # answer without loading them.
 
-EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_QUALITY = 0, 1, 2, 3
+EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_QUALITY, EXIT_RUNNING = 0, 1, 2, 3, 4
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -142,8 +146,31 @@ def generate(
         )
 
 
-def _setup_logging(verbose: bool, log_format: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is when a record is logged, so the progress display
+    (which redirects it while live) prints log lines above itself instead of through itself."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
+def _setup_logging(verbose: bool, log_format: str, log_file: Path | None = None) -> None:
+    """Logs to stderr, or appended to ``log_file`` (for cron). A WatchedFileHandler reopens the file
+    when logrotate moved it away, so rotation needs no signal and no copytruncate."""
+    handler: logging.Handler
+    if log_file is not None:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        handler = logging.handlers.WatchedFileHandler(log_file, encoding="utf-8")
+    else:
+        handler = _StderrHandler()
     if log_format == "json":
         handler.setFormatter(_JsonFormatter())
     else:
@@ -219,6 +246,28 @@ _config_option = click.option(
     help="jobs.yaml to use.",
 )
 _verbose_option = click.option("--verbose", "-v", is_flag=True, help="Debug logs and full tracebacks.")
+_log_file_option = click.option(
+    "--log-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Append the logs to this file instead of stderr (for cron; logrotate-safe). Errors stay on stderr.",
+)
+
+
+@contextmanager
+def _job_lock(config_path: Path, job: str) -> Iterator[str]:
+    """Hold JOB's lock (docs/operations.md) for the block; yields the run id it was taken for.
+    Taken from jobs.yaml alone, before Spark starts: a refused run exits 4 in a moment."""
+    from pipelines.runtime.lock import lock_configured_job
+
+    with lock_configured_job(config_path, job) as holder:
+        yield holder.run_id
+
+
+def _progress(as_json: bool) -> StageProgress | None:
+    """Per-stage progress on a terminal; none with --json or when output goes to a file or pipe."""
+    if as_json or not (sys.stdout.isatty() and sys.stderr.isatty()):
+        return None
+    return StageProgress()
 
 
 @cli.command()
@@ -235,6 +284,7 @@ _verbose_option = click.option("--verbose", "-v", is_flag=True, help="Debug logs
 @click.option("--master", help="Spark master URL (overrides jobs.yaml).")
 @click.option("--json", "as_json", is_flag=True, help="Print the run report as JSON.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@_log_file_option
 @_verbose_option
 def run(
     job: str,
@@ -244,15 +294,19 @@ def run(
     master: str | None,
     as_json: bool,
     log_format: str,
+    log_file: Path | None,
     verbose: bool,
 ) -> None:
-    """Run JOB from jobs.yaml (for Airflow/cron: exit 0 ok, 1 failure, 2 configuration, 3 data quality)."""
-    from pipelines.runner import Context, run_job
+    """Run JOB from jobs.yaml (for Airflow/cron: exit 0 ok, 1 failure, 2 configuration, 3 data
+    quality, 4 another run of JOB is in progress)."""
+    _setup_logging(verbose, log_format, log_file)
+    with one_line_errors(verbose), _job_lock(config_path, job) as run_id:
+        from pipelines.runner import Context, run_job
 
-    _setup_logging(verbose, log_format)
-    with one_line_errors(verbose):
-        ctx = Context(config_path, master)
-        report = run_job(ctx, job, None if stage == "all" else [stage], full_refresh)
+        progress = _progress(as_json)
+        with progress or contextlib.nullcontext():
+            ctx = Context(config_path, master, listener=progress)
+            report = run_job(ctx, job, None if stage == "all" else [stage], full_refresh, run_id)
     _exit_with(report, as_json)
 
 
@@ -273,6 +327,7 @@ def _exit_with(report: Any, as_json: bool) -> None:
 @click.option("--master", help="Spark master URL (overrides jobs.yaml).")
 @click.option("--json", "as_json", is_flag=True, help="Print the run report (or the quality report) as JSON.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@_log_file_option
 @_verbose_option
 def quality(
     job: str | None,
@@ -281,18 +336,19 @@ def quality(
     master: str | None,
     as_json: bool,
     log_format: str,
+    log_file: Path | None,
     verbose: bool,
 ) -> None:
     """Run the quality suites on the tables as they are (JOB's policies), or `quality report`.
 
     `quality report [--run RUN_ID]` prints suite, evaluated, passed, failed, status and where the
-    Data Docs are. Exit 0 ok, 1 failure, 2 configuration, 3 a rule with policy fail failed.
+    Data Docs are. Exit 0 ok, 1 failure, 2 configuration, 3 a rule with policy fail failed, 4 a run
+    of JOB is in progress.
     """
-    from pipelines.runner import Context, quality_job
-
-    _setup_logging(verbose, log_format)
+    _setup_logging(verbose, log_format, log_file)
     if job == "report":
         from pipelines.quality.report import load_report, render_text
+        from pipelines.runner import Context
 
         with one_line_errors(verbose):
             ctx = Context(config_path, master)
@@ -301,8 +357,10 @@ def quality(
         return
     if run_id:
         raise click.UsageError("--run is for `quality report`")
-    with one_line_errors(verbose):
-        report = quality_job(Context(config_path, master), job)
+    with one_line_errors(verbose), _job_lock(config_path, job) if job else contextlib.nullcontext() as lock_id:
+        from pipelines.runner import Context, quality_job
+
+        report = quality_job(Context(config_path, master), job, lock_id)
     _exit_with(report, as_json)
 
 
@@ -312,18 +370,28 @@ def quality(
 @click.option("--master", help="Spark master URL (overrides jobs.yaml).")
 @click.option("--json", "as_json", is_flag=True, help="Print the run report as JSON.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@_log_file_option
 @_verbose_option
-def redecode(job: str, config_path: Path, master: str | None, as_json: bool, log_format: str, verbose: bool) -> None:
+def redecode(
+    job: str,
+    config_path: Path,
+    master: str | None,
+    as_json: bool,
+    log_format: str,
+    log_file: Path | None,
+    verbose: bool,
+) -> None:
     """Decode JOB's silver.quarantine again with this version's decoder (after an upgrade).
 
     Records it now reads move into their tables; the others stay, re-tried by this decoder
-    version. Recorded in bronze.runs as a silver stage run. Exit 0 ok, 1 failure, 2 configuration.
+    version. Recorded in bronze.runs as a silver stage run. Exit 0 ok, 1 failure, 2 configuration,
+    4 a run of JOB is in progress.
     """
-    from pipelines.runner import Context, redecode_job
+    _setup_logging(verbose, log_format, log_file)
+    with one_line_errors(verbose), _job_lock(config_path, job) as run_id:
+        from pipelines.runner import Context, redecode_job
 
-    _setup_logging(verbose, log_format)
-    with one_line_errors(verbose):
-        report = redecode_job(Context(config_path, master), job)
+        report = redecode_job(Context(config_path, master), job, run_id)
     if as_json:
         click.echo(json.dumps(report.to_json(), default=str))
     else:
@@ -334,18 +402,57 @@ def redecode(job: str, config_path: Path, master: str | None, as_json: bool, log
 @cli.command()
 @_config_option
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+@click.option("--partitions", is_flag=True, help="Watermarks per (cluster, partition), not only per cluster.")
 @_verbose_option
-def status(config_path: Path, as_json: bool, verbose: bool) -> None:
-    """Tables, row counts, per-partition watermarks and the last runs."""
+def status(config_path: Path, as_json: bool, partitions: bool, verbose: bool) -> None:
+    """Tables, row counts, bronze watermarks per cluster (--partitions: per partition), the Kafka
+    source's positions and the last runs."""
     from pipelines.runner import Context
     from pipelines.status import collect_status
 
     with one_line_errors(verbose):
-        doc = collect_status(Context(config_path))
+        doc = collect_status(Context(config_path), partitions)
     if as_json:
         click.echo(json.dumps(doc, default=str))
     else:
         render_status(doc)
+
+
+@cli.command()
+@_config_option
+@click.option(
+    "--dir",
+    "workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Directory the lines cd into (default: the directory of jobs.yaml).",
+)
+def crontab(config_path: Path, workdir: Path | None) -> None:
+    """Print a crontab line per job of jobs.yaml that has a schedule (docs/operations.md)."""
+    from pipelines.runtime.config import load
+
+    with one_line_errors(False):
+        config = load(config_path)
+    click.echo(crontab_lines(config.jobs, config_path.resolve(), (workdir or config_path.parent).resolve()), nl=False)
+
+
+def crontab_lines(jobs: dict[str, Any], config: Path, workdir: Path) -> str:
+    """One crontab line per scheduled job: cd to ``workdir``, run the job with its logs in
+    ``var/log/<job>.log`` and its report appended to ``var/log/<job>-runs.jsonl``."""
+    exe = Path(sys.executable).parent / "offsets-lakehouse"
+    if not exe.exists():
+        exe = Path("offsets-lakehouse")
+    elif exe.is_relative_to(workdir):
+        exe = exe.relative_to(workdir)
+    cfg = "" if config == workdir / "jobs.yaml" else f" -c {shlex.quote(str(config))}"
+    out = [f"# offsets-lakehouse: one line per scheduled job of {config}\n"]
+    for name, job in jobs.items():
+        if job.schedule is None:
+            continue
+        out.append(
+            f"{job.schedule} cd {shlex.quote(str(workdir))} && mkdir -p var/log && {shlex.quote(str(exe))} run "
+            f"{shlex.quote(name)}{cfg} --log-file var/log/{name}.log --json >> var/log/{name}-runs.jsonl 2>&1\n"
+        )
+    return "".join(out)
 
 
 @cli.command()
