@@ -8,8 +8,11 @@ never zero.
 Both tables are recomputed whole on every gold run, after the replay's writes: they are small
 (one row per live key; one per observation and group of its partition), and an observation can
 arrive late (a snapshot file of last week) or a commit older than an observation can arrive late
-(a backfill), so an incremental rule would need the same joins anyway. A table is written only
-when its rows changed (``lake.replace_if_changed``): an unchanged re-run adds no table version.
+(a backfill), so an incremental rule would need the same joins anyway. Each table's commit
+carries the versions of the inputs its rows follow from (current_lag: bronze.end_offsets and
+gold.current_offsets; lag_history: bronze.end_offsets and gold.offset_history, or nothing while
+there is no observation at all); a run whose inputs did not move skips the table, so an unchanged
+re-run adds no table version and costs three version look-ups.
 """
 
 from __future__ import annotations
@@ -34,9 +37,9 @@ __all__ = ["LagResult", "build_lag", "current_lag", "lag_history"]
 log = logging.getLogger("offsets_lakehouse")
 
 PARTITION_KEY = ["cluster", "topic", "partition"]
-# what the lag tables are computed from; their versions are kept in a table property of each
+# what the lag tables are computed from; the versions a table's rows are of ride in its commit
 INPUTS = (("bronze", "end_offsets"), ("gold", "current_offsets"), ("gold", "offset_history"))
-INPUTS_PROPERTY = "offsets_lakehouse.lag_inputs"
+INPUTS_KEY = "lag_inputs"
 KEYS = {
     "current_lag": ("cluster", "group_id", "topic", "partition"),
     "lag_history": ("cluster", "group_id", "topic", "partition", "observed_at"),
@@ -80,28 +83,21 @@ def current_lag(offsets: DataFrame, observations: DataFrame) -> DataFrame:
 
 def lag_history(history: DataFrame, observations: DataFrame) -> DataFrame:
     """Each observation x each group with a state for that partition in offset_history, with the
-    offset committed as of the observation's time: the interval valid then (log time,
-    ``valid_from_timestamp <= t < valid_to_timestamp``), null if the key did not exist then."""
+    offset committed as of the observation's time t: the last state (in log order) that took effect
+    at or before t in log time (``valid_from_timestamp <= t``; a null one — magic-0 records carry
+    no timestamp — counts as before every timestamped record); null if that state is a deletion
+    or the group had no state yet."""
     obs = observations.select(*PARTITION_KEY, "observed_at", "end_offset", F.unix_millis("observed_at").alias("_t"))
     groups = history.select(*PARTITION_KEY, "group_id").distinct()
     pairs = obs.join(groups, PARTITION_KEY).alias("p")
     h = history.select(
-        *PARTITION_KEY,
-        "group_id",
-        "valid_from_offset",
-        "valid_from_timestamp",
-        "valid_to_timestamp",
-        "committed_offset",
-        "deleted",
+        *PARTITION_KEY, "group_id", "valid_from_offset", "valid_from_timestamp", "committed_offset", "deleted"
     ).alias("h")
     on = [F.col(f"p.{c}") == F.col(f"h.{c}") for c in (*PARTITION_KEY, "group_id")]
-    on += [
-        F.col("h.valid_from_timestamp") <= F.col("p._t"),
-        F.col("h.valid_to_timestamp").isNull() | (F.col("h.valid_to_timestamp") > F.col("p._t")),
-    ]
+    on.append(F.col("h.valid_from_timestamp").isNull() | (F.col("h.valid_from_timestamp") <= F.col("p._t")))
     joined = pairs.join(h, on, "left")
-    # log time can step back (clock skew between coordinators' hosts): were two intervals valid at
-    # t, the later in the log wins, as it would for a reader of the log at that moment
+    # the latest state by log position rather than by the interval's end time: the same answer
+    # while log time moves forward, and one answer when it steps back (clock skew between hosts)
     key = [F.col(f"p.{c}") for c in KEYS["lag_history"]]
     order = Window.partitionBy(*key).orderBy(F.col("h.valid_from_offset").desc_nulls_last())
     ranked = joined.withColumn("_n", F.row_number().over(order)).where("_n = 1")
@@ -142,25 +138,30 @@ def build_lag(
     tables.ensure("bronze", "end_offsets")
     for table in KEYS:
         tables.ensure("gold", table)
-    inputs = ",".join(f"{layer}.{t}@{lake.version(spark, tables.path(layer, t))}" for layer, t in INPUTS)
-    paths = {t: tables.path("gold", t) for t in KEYS}
-    if all(lake.properties(spark, p).get(INPUTS_PROPERTY) == inputs for p in paths.values()):
+    versions = {f"{layer}.{t}": lake.version(spark, tables.path(layer, t)) for layer, t in INPUTS}
+    observed = lake.any_rows(spark, tables.path("bronze", "end_offsets"), "true")
+    # what each table's rows follow from: without observations lag_history is empty whatever gold holds
+    inputs = {
+        "current_lag": {k: versions[k] for k in ("bronze.end_offsets", "gold.current_offsets")},
+        "lag_history": {k: versions[k] for k in ("bronze.end_offsets", "gold.offset_history")} if observed else {},
+    }
+    todo = [t for t in KEYS if (lake.latest_metadata(spark, tables.path("gold", t)) or {}).get(INPUTS_KEY) != inputs[t]]
+    if not todo:
         result.skipped = True  # no input moved since the tables were computed: nothing to do
         return result
-    observations = lake.read(spark, tables.path("bronze", "end_offsets"))
-    offsets = lake.read(spark, tables.path("gold", "current_offsets"))
-    history = lake.read(spark, tables.path("gold", "offset_history"))
-    if observations is None or offsets is None or history is None:
-        return result
-    fresh = {"current_lag": current_lag(offsets, observations), "lag_history": lag_history(history, observations)}
-    for table, frame in fresh.items():
+    # every input exists: ensured here, or by run_gold before its replay
+    observations = spark.read.format("delta").load(tables.path("bronze", "end_offsets"))
+    offsets = spark.read.format("delta").load(tables.path("gold", "current_offsets"))
+    history = spark.read.format("delta").load(tables.path("gold", "offset_history"))
+    build = {
+        "current_lag": lambda: current_lag(offsets, observations),
+        "lag_history": lambda: lag_history(history, observations),
+    }
+    for table in todo:
         with result.steps(table):
             columns = [c.name for c in tables.spec("gold", table).columns]
-            changed, _ = lake.replace_if_changed(
-                spark, paths[table], frame.select(*columns), "true", KEYS[table], columns
-            )
-            if changed:
-                result.written.append(table)
-            # the input versions these rows are of: the next run with the same inputs skips the work
-            lake.set_property(spark, paths[table], INPUTS_PROPERTY, inputs)
+            # one commit carrying the input versions its rows are of: a run with the same inputs skips it
+            with lake.commit_metadata(spark, {INPUTS_KEY: inputs[table]}):
+                lake.replace_where(build[table]().select(*columns), tables.path("gold", table), "true")
+            result.written.append(table)
     return result
