@@ -161,8 +161,8 @@ def fetch_admin(
     spark: SparkSession, source: KafkaSource, partitions: list[tuple[str, int]]
 ) -> tuple[list[Observation], list[str]]:
     """ListOffsets LATEST (read_uncommitted: the high watermark) for ``partitions``, now. Returns the
-    observations and the partitions the broker answered with an error (a deleted topic, ...):
-    their end offset stays unknown."""
+    observations and the partitions without one (a deleted topic, a partition the broker answered
+    with an error): their end offset stays unknown."""
     if not partitions:
         return [], []
     jvm = spark._jvm  # type: ignore[attr-defined]
@@ -172,40 +172,57 @@ def fetch_admin(
     props.put("client.id", "offsets-lakehouse-end-offsets")
     props.put("default.api.timeout.ms", str(TIMEOUT_S * 1000))
     where = f"Kafka at {source.bootstrap_servers}"
-    unit = jvm.java.util.concurrent.TimeUnit.SECONDS
     try:
         admin = jvm.org.apache.kafka.clients.admin.Admin.create(props)
     except Py4JJavaError as exc:
         raise KafkaUnavailable(f"{where}: {exc.java_exception.getMessage()}") from exc
     try:
-        latest = jvm.org.apache.kafka.clients.admin.OffsetSpec.latest()
-        wanted = jvm.java.util.HashMap()
-        tps = {}
-        for topic, part in partitions:
-            tp = jvm.org.apache.kafka.common.TopicPartition(topic, part)
-            tps[(topic, part)] = tp
-            wanted.put(tp, latest)
-        answer = admin.listOffsets(wanted)
-        ends, unknown, timeouts = [], [], 0
-        for (topic, part), tp in sorted(tps.items()):
-            try:
-                info = answer.partitionResult(tp).get(TIMEOUT_S, unit)
-            except Py4JJavaError as exc:
-                cause = exc.java_exception
-                cause = cause.getCause() or cause  # get() wraps the error in an ExecutionException
-                name = cause.getClass().getSimpleName()
-                timeouts += name == "TimeoutException"
-                unknown.append(f"{topic}-{part}: {name}")
-                continue
-            ends.append((topic, part, int(info.offset())))
-        if timeouts == len(tps):  # not one answer: the cluster is unreachable, not a partition unknown
-            raise KafkaUnavailable(f"{where}: TimeoutException: ListOffsets did not answer in {TIMEOUT_S} s")
-        # one moment for the whole answer (ListOffsets is one request per leader, sent at once)
-        at = datetime.now(timezone.utc)
-        origin = f"admin:{source.bootstrap_servers}"
-        return [Observation(source.cluster, t, p, end, at, origin) for t, p, end in ends], unknown
+        return _list_offsets(jvm, admin, source, partitions)
+    except Py4JJavaError as exc:  # listTopics: the cluster did not answer
+        cause = exc.java_exception
+        cause = cause.getCause() or cause
+        raise KafkaUnavailable(f"{where}: {cause.getClass().getSimpleName()}: {cause.getMessage()}") from exc
     finally:
         admin.close()
+
+
+def _list_offsets(
+    jvm: Any, admin: Any, source: KafkaSource, partitions: list[tuple[str, int]]
+) -> tuple[list[Observation], list[str]]:
+    where = f"Kafka at {source.bootstrap_servers}"
+    unit = jvm.java.util.concurrent.TimeUnit.SECONDS
+    # ListOffsets retries an unknown topic until its timeout: ask only for topics that exist
+    listing = jvm.org.apache.kafka.clients.admin.ListTopicsOptions().listInternal(True)
+    existing = set(admin.listTopics(listing).names().get(TIMEOUT_S, unit))
+    unknown = [f"{t}-{p}: topic does not exist" for t, p in partitions if t not in existing]
+    latest = jvm.org.apache.kafka.clients.admin.OffsetSpec.latest()
+    wanted = jvm.java.util.HashMap()
+    tps = {}
+    for topic, part in partitions:
+        if topic not in existing:
+            continue
+        tp = jvm.org.apache.kafka.common.TopicPartition(topic, part)
+        tps[(topic, part)] = tp
+        wanted.put(tp, latest)
+    answer = admin.listOffsets(wanted)
+    ends, timeouts = [], 0
+    for (topic, part), tp in sorted(tps.items()):
+        try:
+            info = answer.partitionResult(tp).get(TIMEOUT_S, unit)
+        except Py4JJavaError as exc:
+            cause = exc.java_exception
+            cause = cause.getCause() or cause  # get() wraps the error in an ExecutionException
+            name = cause.getClass().getSimpleName()
+            timeouts += name == "TimeoutException"
+            unknown.append(f"{topic}-{part}: {name}")
+            continue
+        ends.append((topic, part, int(info.offset())))
+    if tps and timeouts == len(tps):  # not one answer: the cluster is unreachable, not a partition unknown
+        raise KafkaUnavailable(f"{where}: TimeoutException: ListOffsets did not answer in {TIMEOUT_S} s")
+    # one moment for the whole answer (ListOffsets is one request per leader, sent at once)
+    at = datetime.now(timezone.utc)
+    origin = f"admin:{source.bootstrap_servers}"
+    return [Observation(source.cluster, t, p, end, at, origin) for t, p, end in ends], unknown
 
 
 # -- writing -----------------------------------------------------------------------------------------
