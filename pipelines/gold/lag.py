@@ -12,7 +12,7 @@ arrive late (a snapshot file of last week) or a commit older than an observation
 carries the versions of the inputs its rows follow from (current_lag: bronze.end_offsets and
 gold.current_offsets; lag_history: bronze.end_offsets and gold.offset_history, or nothing while
 there is no observation at all); a run whose inputs did not move skips the table, so an unchanged
-re-run adds no table version and costs three version look-ups.
+re-run adds no table version and costs a few Delta log look-ups.
 """
 
 from __future__ import annotations
