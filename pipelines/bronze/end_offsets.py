@@ -170,12 +170,16 @@ def fetch_admin(
     for k, v in client_options(source).items():
         props.put(k, v)
     props.put("client.id", "offsets-lakehouse-end-offsets")
+    # the admin client refuses an API timeout below the request timeout (30 s by default)
     props.put("default.api.timeout.ms", str(TIMEOUT_S * 1000))
+    props.put("request.timeout.ms", str(TIMEOUT_S * 1000))
     where = f"Kafka at {source.bootstrap_servers}"
     try:
         admin = jvm.org.apache.kafka.clients.admin.Admin.create(props)
-    except Py4JJavaError as exc:
-        raise KafkaUnavailable(f"{where}: {exc.java_exception.getMessage()}") from exc
+    except Py4JJavaError as exc:  # a bad client setting: its cause says which
+        cause = exc.java_exception
+        detail = cause.getMessage() + (f": {cause.getCause().getMessage()}" if cause.getCause() else "")
+        raise KafkaUnavailable(f"{where}: {detail}") from exc
     try:
         return _list_offsets(jvm, admin, source, partitions)
     except Py4JJavaError as exc:  # listTopics: the cluster did not answer
