@@ -276,7 +276,8 @@ def _bronze(ctx: Context, sources: list[str], run_id: str, full_refresh: bool) -
     for name in sources:
         log.info(DATA_STAGES["bronze"].announce, name)
         result = ingest_source(ctx.spark, ctx.tables, name, ctx.config.sources[name], run_id, str(ctx.base_dir))
-        details.append(result.to_json())
+        detail = result.to_json()
+        details.append(detail)
         log.info(
             "bronze: %s read %d rows, inserted %d, %d conflicts, %d read issues",
             name,
@@ -286,8 +287,8 @@ def _bronze(ctx: Context, sources: list[str], run_id: str, full_refresh: bool) -
             len(result.issues),
         )
         eo = ingest_end_offsets(ctx.spark, ctx.tables, name, ctx.config.sources[name], run_id, str(ctx.base_dir))
-        if eo is not None:
-            details.append({"end_offsets": eo.to_json()})
+        if eo is not None:  # in the source's own report: one report per source
+            detail["end_offsets"] = eo.to_json()
             log.info("bronze: %s end offsets: %d observations read, %d new", name, eo.observations, eo.inserted)
     return details
 
