@@ -20,20 +20,22 @@ PER_PARTITION = 40
 CONSUME = {0: 10, 1: 25}  # records the group consumes and commits per partition; partition 2: none
 
 
-def _consume_and_commit(h) -> None:
-    consumer = h.consumer(GROUP, "lag-client")
-    consumer.assign([TopicPartition(TOPIC, p, 0) for p in CONSUME])
-    seen = {p: 0 for p in CONSUME}
+def _consume_and_commit(h):
+    """A member that consumes, commits and stays in the group: the tier's broker expires the offsets
+    of an empty group after a minute (offsets.retention.minutes), a stable group's never."""
+    consumer = h.consumer(GROUP, "lag-client", **{"max.poll.interval.ms": 900_000})
+    consumer.subscribe([TOPIC])
+    seen = dict.fromkeys(CONSUME, 0)
 
     def consumed() -> bool:
         msg = consumer.poll(0.2)
-        if msg is not None and not msg.error() and seen[msg.partition()] < CONSUME[msg.partition()]:
+        if msg is not None and not msg.error() and seen.get(msg.partition(), 0) < CONSUME.get(msg.partition(), 0):
             seen[msg.partition()] += 1
         return seen == CONSUME
 
     h.wait(consumed, f"{GROUP} consumed {CONSUME}", every=0)
     h.commit(consumer, {(TOPIC, p): n for p, n in seen.items()})  # the position after the last processed
-    h.close(consumer)
+    return consumer
 
 
 def _broker_lag(h) -> dict[tuple[str, int], tuple[int, int, int]]:
@@ -57,7 +59,14 @@ def test_current_lag_equals_the_brokers_end_minus_committed(harness, tmp_path: P
     h = harness.harness
     h.create_topic(TOPIC, PARTITIONS)
     h.produce(TOPIC, PER_PARTITION, PARTITIONS)
-    _consume_and_commit(h)
+    member = _consume_and_commit(h)
+    try:
+        _check(h, tmp_path)
+    finally:
+        h.close(member)
+
+
+def _check(h, tmp_path: Path) -> None:
     jobs = {
         "lakehouse": {"root": str(tmp_path / "lake")},
         "spark": {"master": "local[2]", "conf": {"spark.sql.shuffle.partitions": "4", "spark.ui.enabled": "false"}},
