@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from pyspark.sql import Row, SparkSession
 
+from pipelines.bronze.end_offsets import admin_sources, ingest_end_offsets
 from pipelines.bronze.ingest import ingest_source
 from pipelines.bronze.kafka_source import stored_positions
 from pipelines.bronze.kafka_truth import fetch_truth
@@ -300,7 +301,8 @@ def _bronze(ctx: Context, sources: list[str], run_id: str, full_refresh: bool) -
     for name in sources:
         log.info(DATA_STAGES["bronze"].announce, name)
         result = ingest_source(ctx.spark, ctx.tables, name, ctx.config.sources[name], run_id, str(ctx.base_dir))
-        details.append(result.to_json())
+        detail = result.to_json()
+        details.append(detail)
         log.info(
             "bronze: %s read %d rows, inserted %d, %d conflicts, %d read issues",
             name,
@@ -309,6 +311,10 @@ def _bronze(ctx: Context, sources: list[str], run_id: str, full_refresh: bool) -
             result.conflicts,
             len(result.issues),
         )
+        eo = ingest_end_offsets(ctx.spark, ctx.tables, name, ctx.config.sources[name], run_id, str(ctx.base_dir))
+        if eo is not None:  # in the source's own report: one report per source
+            detail["end_offsets"] = eo.to_json()
+            log.info("bronze: %s end offsets: %d observations read, %d new", name, eo.observations, eo.inserted)
     return details
 
 
@@ -327,6 +333,7 @@ def _gold(ctx: Context, sources: list[str], run_id: str, full_refresh: bool) -> 
         run_id,
         full_refresh,
         soft_delete_retention_days=ctx.config.gold.soft_delete_retention_days,
+        admin_sources=admin_sources(ctx.config.sources, sources),
     )
     log.info(
         "gold: %d events, %d partitions incremental, %d recomputed; %d offset rows, %d pending, %d group rows",
