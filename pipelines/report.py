@@ -21,6 +21,7 @@ from typing import Any
 
 from pipelines.errors import OffsetsLakehouseError
 from pipelines.runner import Context
+from pipelines.runtime import lake
 
 DAY_MS = 86_400_000
 TOP_GROUPS = 3  # offset progress without --group: the groups with the most commits
@@ -63,7 +64,8 @@ def _sql_str(value: str) -> str:
 
 
 def _exists(ctx: Context, layer: str, table: str) -> bool:
-    return ctx.spark.catalog.tableExists(ctx.tables.name(layer, table))
+    """On storage, not by name: a name may still point at another lakehouse in a long session."""
+    return lake.exists(ctx.spark, ctx.tables.path(layer, table))
 
 
 def cadence(ctx: Context, group: str | None) -> Plot:
