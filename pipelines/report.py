@@ -215,6 +215,14 @@ def _utc(value: Any) -> datetime:
 
 def render_svg(plot: Plot) -> str:
     """The plot as an inline <svg> element; data marks get ids ``mark-<plot>-<i>``."""
+    from matplotlib import rc_context
+
+    # text as <text> (no glyph definitions), and ids salted per plot: several SVGs share one page
+    with rc_context({"svg.fonttype": "none", "svg.hashsalt": plot.name}):
+        return _draw(plot)
+
+
+def _draw(plot: Plot) -> str:
     from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
     from matplotlib.figure import Figure
 
@@ -239,7 +247,8 @@ def render_svg(plot: Plot) -> str:
     ax.set_ylabel(plot.y_label)
     ax.grid(axis="y", alpha=0.3)
     buf = io.StringIO()
-    fig.savefig(buf, format="svg", metadata={"Date": None})
+    # no metadata block: no date (the same data draws the same bytes), no RDF namespaces
+    fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
     svg = buf.getvalue()
     return svg[svg.index("<svg") :]  # inline: without the XML declaration and doctype
 

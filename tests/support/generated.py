@@ -34,6 +34,7 @@ class Generated:
             (e["partition"], e["first_offset"], e["last_offset"], self.log_time(e)) for e in self.events
         )
         self._records: dict[tuple[int, int], Any] | None = None
+        self._entry_of: dict[tuple[int, int], int] = {}  # record position -> first offset of its log entry
 
     @staticmethod
     def log_time(event: dict) -> int | None:
@@ -51,11 +52,27 @@ class Generated:
                 return ts
         raise AssertionError(f"no generator event wrote {partition}/{offset}")
 
+    def _read_log(self) -> dict[tuple[int, int], Any]:
+        if self._records is None:
+            self._records, self._entry_of = {}, {}
+            for batch in iter_batches(discover([self.root])):
+                for e in batch:
+                    self._records[(e.partition, e.offset)] = e
+                    self._entry_of[(e.partition, e.offset)] = batch[0].offset
+        return self._records
+
+    def requests(self, event: dict) -> int:
+        """Log entries the event's write became: one record batch, one compressed message set
+        wrapper, or, uncompressed before magic 2, one entry per message (no batch boundary)."""
+        self._read_log()
+        part = event["partition"]
+        return len({self._entry_of[(part, o)] for o in range(event["first_offset"], event["last_offset"] + 1)})
+
     def records(self, event: dict) -> list:
         """The offset records (types 0, 1) the event's batch holds, read back with the codec: for
         events whose log line does not list its offsets (resets, deletions)."""
-        if self._records is None:
-            self._records = {(e.partition, e.offset): e for b in iter_batches(discover([self.root])) for e in b}
+        self._read_log()
+        assert self._records is not None
         return [
             r
             for o in range(event["first_offset"], event["last_offset"] + 1)
