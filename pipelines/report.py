@@ -225,6 +225,7 @@ def render_svg(plot: Plot) -> str:
 def _draw(plot: Plot) -> str:
     from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     fig = Figure(figsize=(9, 3.4), layout="constrained")
     ax = fig.add_subplot()
@@ -233,6 +234,7 @@ def _draw(plot: Plot) -> str:
         bars = ax.bar(range(len(labels)), [y for _, y in plot.bars], color="#3b6ea8")
         for i, bar in enumerate(bars):
             bar.set_gid(f"mark-{plot.name}-{i}")
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # counts: no 2.5 commits
         step = max(1, len(labels) // 12)
         ax.set_xticks(range(0, len(labels), step), labels[::step], rotation=30, ha="right", fontsize=8)
     else:
