@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 
 from pipelines.errors import ConfigError
 
-__all__ = ["STAGES", "ConfigError", "JobsFile", "load", "resolve_root"]
+__all__ = ["STAGES", "ConfigError", "JobsFile", "find_job", "load", "resolve_lock_dir", "resolve_root"]
 
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -33,6 +33,11 @@ class Lakehouse(_Model):
     silver_schema: str = "silver"
     gold_schema: str = "gold"
     quality_schema: str = "quality"
+    lock_dir: str | None = Field(
+        None,
+        description="directory of the per-job run locks; default: <root>/_locks for a local root, "
+        "~/.cache/offsets-lakehouse/locks/<sha1 of root> for an object-store root (docs/operations.md)",
+    )
 
 
 class SparkSettings(_Model):
@@ -192,6 +197,23 @@ def load(path: str | Path) -> JobsFile:
         return JobsFile.model_validate(_interpolate(raw, ""))
     except ValidationError as exc:
         raise ConfigError(_describe(exc, path)) from None
+
+
+def find_job(config: JobsFile, path: str | Path, name: str) -> Job:
+    """The job called ``name``; a configuration error naming the known ones when there is none."""
+    job = config.jobs.get(name)
+    if job is None:
+        raise ConfigError(f"{path}: jobs.{name}: no such job (known: {sorted(config.jobs)})")
+    return job
+
+
+def resolve_lock_dir(config: JobsFile, base: Path) -> str | None:
+    """``lakehouse.lock_dir`` as an absolute path (relative to jobs.yaml, ``~`` expanded), or None."""
+    lock_dir = config.lakehouse.lock_dir
+    if lock_dir is None:
+        return None
+    p = Path(lock_dir).expanduser()
+    return str((p if p.is_absolute() else base / p).resolve())
 
 
 def resolve_root(config: JobsFile, base: Path) -> str:
