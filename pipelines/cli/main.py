@@ -604,6 +604,30 @@ def tables(config_path: Path, show_all: bool, as_json: bool, verbose: bool) -> N
             click.echo(f"{t.name}\t{t.location}" + ("" if t.exists else "\t(not created yet)"))
 
 
+@cli.command()
+@_config_option
+@click.option("--group", "-g", help="Report on this consumer group only (default: all groups, the busiest drawn).")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Directory for index.html (default: <lakehouse root>/report).",
+)
+@_verbose_option
+def report(config_path: Path, group: str | None, out_dir: Path | None, verbose: bool) -> None:
+    """Write a static HTML activity page (offline, inline SVG plots): commit cadence, offset
+    progress, lag, rebalances per day, coordinator load (docs/report.md)."""
+    from pipelines.report import build_report
+    from pipelines.runner import Context
+
+    with one_line_errors(verbose):
+        ctx = Context(config_path)
+        if out_dir is None and "://" in ctx.root:
+            raise ConfigError(f"the lakehouse root {ctx.root} is not a local directory: give --out")
+        index = build_report(ctx, out_dir or Path(ctx.root) / "report", group)
+    click.echo(f"report: {index}")
+
+
 def main() -> None:
     cli(prog_name="offsets-lakehouse")
 

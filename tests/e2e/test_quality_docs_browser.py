@@ -10,44 +10,17 @@ the counts below are worked out from those rows.
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
-
-import pytest
 
 from pipelines.quality import frames
 from pipelines.quality.stage import build_docs, evaluate_suite, params_of
 from pipelines.quality.suites import load_suites
 from pipelines.runtime.config import QualitySettings
+from tests.support.browser import browse
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts"
-
-
-def chromium() -> str:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        path = shutil.which(name)
-        if path:
-            return path
-    pytest.fail("chromium is not installed: run ./scripts/setup as root (installs Debian's chromium)")
-
-
-def browse(url: str, *extra: str) -> subprocess.CompletedProcess:
-    """Headless Chromium, offline: every host name fails to resolve, so GX's CDN assets are absent."""
-    args = [
-        chromium(),
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--host-resolver-rules=MAP * ~NOTFOUND",
-        "--window-size=1280,900",
-        *extra,
-        url,
-    ]
-    return subprocess.run(args, capture_output=True, text=True, timeout=60)
 
 
 class SummaryRows(HTMLParser):

@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("silver",),
     ("gold",),
     ("quality",),
-    ("runner", "status", "serve"),
+    ("runner", "status", "serve", "report"),
     ("cli",),
 ]
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}

@@ -79,7 +79,7 @@ def test_yaml_syntax_error(tmp_path: Path) -> None:
     assert error_lines(proc)[0].startswith("error: jobs.yaml: not valid YAML")
 
 
-@pytest.mark.parametrize("command", [["run", "nightly"], ["status"], ["sql", "SELECT 1"]])
+@pytest.mark.parametrize("command", [["run", "nightly"], ["status"], ["sql", "SELECT 1"], ["report"]])
 def test_missing_jobs_yaml(tmp_path: Path, command: list[str]) -> None:
     proc = cli(*command, "--config", "absent.yaml", cwd=tmp_path)
     assert proc.returncode == EXIT_CONFIG
