@@ -142,12 +142,22 @@ def airflow(venv: Path, home: Path, config: Path, cli: str, runs: list[str], ext
     migrate = subprocess.run([python, "-m", "airflow", "db", "migrate"], env=env, capture_output=True, text=True)
     assert migrate.returncode == 0, migrate.stderr[-3000:]
     (home / "probe.py").write_text(PROBE)
-    proc = subprocess.run(
-        [python, str(home / "probe.py"), *runs], env=env, cwd=home, capture_output=True, text=True, timeout=900
-    )
-    output = proc.stdout + proc.stderr
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("PROBE ")]
-    assert proc.returncode == 0 and lines, output[-5000:]
+    log = home / "airflow-output.log"  # Airflow's and the tasks' logs, also while it runs
+    with open(log, "w") as out:
+        proc = subprocess.Popen([python, str(home / "probe.py"), *runs], env=env, cwd=home, stdout=out, stderr=out)
+        try:
+            code = proc.wait(timeout=1200)
+        except subprocess.TimeoutExpired:
+            proc.terminate()  # SIGTERM: Airflow ends the running task, which ends the CLI's process group
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            pytest.fail(f"Airflow did not finish in 1200 s; its log {log} ends:\n{log.read_text()[-5000:]}")
+    output = log.read_text()
+    lines = [line for line in output.splitlines() if line.startswith("PROBE ")]
+    assert code == 0 and lines, output[-5000:]
     return json.loads(lines[-1].removeprefix("PROBE ")), output
 
 
