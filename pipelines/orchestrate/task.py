@@ -65,7 +65,7 @@ def run_stage(job: str, stage: str, config: str) -> dict[str, Any] | None:
             _stop(proc)
         out.seek(0)
         report = _report(out.read())
-    failed = _failed_rules(report) if report else []
+    failed = _failed_rules(report) if report and code == 3 else []
     v = verdict(code, job, stage, Path(config), error, failed)
     log.info("%s", v.message)
     raise_for(v)
@@ -95,5 +95,12 @@ def _report(text: str) -> dict[str, Any] | None:
 
 
 def _failed_rules(report: dict[str, Any]) -> list[str]:
-    stages = [s for s in report.get("stages", []) if s.get("stage") == "quality"]
-    return [rule for s in stages for rule in (s.get("details") or {}).get("failed", [])]
+    """The rules a quality stage of the report failed (its details: one dict, or one per checkpoint)."""
+    out: list[str] = []
+    for stage in report.get("stages") or []:
+        if isinstance(stage, dict) and stage.get("stage") == "quality":
+            details = stage.get("details")
+            for d in details if isinstance(details, list) else [details]:
+                if isinstance(d, dict):
+                    out += [str(rule) for rule in d.get("failed") or []]
+    return out

@@ -80,7 +80,7 @@ case "$2:$4" in
 esac
 if [ "$code" = 2 ]; then echo "error: jobs.yaml: stub configuration error" >&2; fi
 if [ "$code" = 3 ]; then
-  echo '{"status": "quality_failed", "stages": [{"stage": "quality", "details": {"failed": ["gold.stub.rule"]}}]}'
+  echo '{"status": "quality_failed", "stages": [{"stage": "quality", "details": [{"failed": ["gold.stub.rule"]}]}]}'
 fi
 exit $code
 """
