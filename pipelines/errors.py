@@ -12,6 +12,7 @@ __all__ = [
     "DeclarationError",
     "InputError",
     "JarResolutionError",
+    "JobRunning",
     "OffsetsLakehouseError",
     "SourceNotFound",
     "SourceUnavailable",
@@ -56,3 +57,9 @@ class DeclarationError(OffsetsLakehouseError, ValueError):
 
 class JarResolutionError(OffsetsLakehouseError, RuntimeError):
     """The JVM jars (Delta, Kafka) could not be found or resolved with Maven (exit code 1)."""
+
+
+class JobRunning(OffsetsLakehouseError, RuntimeError):
+    """Another run of the same job holds its lock: nothing to do for this one (exit code 4)."""
+
+    exit_code = 4

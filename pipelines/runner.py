@@ -10,16 +10,16 @@ from __future__ import annotations
 import json
 import logging
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pyspark.sql import Row, SparkSession
 
+from pipelines.bronze.end_offsets import admin_sources, ingest_end_offsets
 from pipelines.bronze.ingest import ingest_source
 from pipelines.bronze.kafka_source import stored_positions
 from pipelines.bronze.kafka_truth import fetch_truth
@@ -28,7 +28,8 @@ from pipelines.gold.build import run_gold
 from pipelines.quality.stage import partition_counts, run_quality
 from pipelines.quality.suites import LAYERS, check_job_overrides
 from pipelines.runtime import lake
-from pipelines.runtime.config import STAGES, Job, JobsFile, QualitySettings, load, resolve_root
+from pipelines.runtime.config import STAGES, Job, JobsFile, QualitySettings, find_job, load, resolve_root
+from pipelines.runtime.lock import new_run_id
 from pipelines.runtime.spark import build_session
 from pipelines.runtime.tables import Tables
 from pipelines.silver.ingest import run_silver
@@ -57,9 +58,10 @@ class RunReport:
     quality_outcomes: list[Any] = field(default_factory=list)  # this run's, for its Data Docs
 
     @classmethod
-    def start(cls, job: str) -> RunReport:
-        """A new run of ``job``: its id is the start time (sortable) and a random suffix."""
-        return cls(f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}", job)
+    def start(cls, job: str, run_id: str | None = None) -> RunReport:
+        """A new run of ``job``: its id (``run_id``, e.g. the one its lock was taken for, or a new
+        one) is the start time (sortable) and a random suffix."""
+        return cls(run_id or new_run_id(), job)
 
     @property
     def status(self) -> str:
@@ -88,29 +90,40 @@ def load_jobs(path: str | Path) -> JobsFile:
     return config
 
 
-class Context:
-    """A loaded jobs.yaml with its Spark session and tables (created lazily)."""
+class StageListener(Protocol):
+    """Told when a stage starts and ends (the CLI's progress display); never needed to run."""
 
-    def __init__(self, config_path: str | Path, master: str | None = None) -> None:
+    def stage_started(self, stage: str) -> None: ...
+
+    def stage_finished(self, report: StageReport) -> None: ...
+
+
+class Context:
+    """A loaded jobs.yaml with its Spark session and tables (created lazily), and who listens to
+    the stages' progress (``listener``, optional)."""
+
+    def __init__(
+        self, config_path: str | Path, master: str | None = None, listener: StageListener | None = None
+    ) -> None:
         self.config_path = Path(config_path)
+        # Spark settings on top of jobs.yaml's, for a session with a special role (serve.py)
+        self.extra_conf: dict[str, str] = {}
         self.config: JobsFile = load_jobs(self.config_path)
         self.base_dir = self.config_path.resolve().parent
         self.root = resolve_root(self.config, self.base_dir)
         self.master = master
+        self.listener = listener
         self._spark: SparkSession | None = None
         self._tables: Tables | None = None
 
     def job(self, name: str) -> Job:
         """The job called ``name``; a configuration error naming the known ones when there is none."""
-        job = self.config.jobs.get(name)
-        if job is None:
-            raise ConfigError(f"{self.config_path}: jobs.{name}: no such job (known: {sorted(self.config.jobs)})")
-        return job
+        return find_job(self.config, self.config_path, name)
 
     @property
     def spark(self) -> SparkSession:
         if self._spark is None:
-            self._spark = build_session(self.config.spark, self.master)
+            self._spark = build_session(self.config.spark, self.master, extra_conf=self.extra_conf)
         return self._spark
 
     @property
@@ -137,6 +150,8 @@ def recorded_stage(ctx: Context, report: RunReport, stage: str) -> Iterator[Stag
     started = datetime.now(timezone.utc)
     t0 = time.monotonic()
     sr = StageReport(stage)
+    if ctx.listener is not None:
+        ctx.listener.stage_started(stage)
     try:
         yield sr
     except Exception:
@@ -145,12 +160,23 @@ def recorded_stage(ctx: Context, report: RunReport, stage: str) -> Iterator[Stag
     finally:
         sr.seconds = time.monotonic() - t0
         report.stages.append(sr)
-        _record(ctx, report, sr, started)
+        try:
+            _record(ctx, report, sr, started)
+        finally:
+            if ctx.listener is not None:
+                ctx.listener.stage_finished(sr)
 
 
-def run_job(ctx: Context, job_name: str, stages: list[str] | None = None, full_refresh: bool = False) -> RunReport:
+def run_job(
+    ctx: Context,
+    job_name: str,
+    stages: list[str] | None = None,
+    full_refresh: bool = False,
+    run_id: str | None = None,
+) -> RunReport:
     """Run the job's stages (or ``stages``) in order, each recorded in the run log; the quality
-    suites run after the stages they check, and a rule with policy fail stops the run there."""
+    suites run after the stages they check, and a rule with policy fail stops the run there.
+    ``run_id``: the id the caller took the job's lock for (runtime.lock), else a new one."""
     job = ctx.job(job_name)
     wanted = stages or list(job.stages)
     for stage in wanted:
@@ -158,7 +184,7 @@ def run_job(ctx: Context, job_name: str, stages: list[str] | None = None, full_r
             raise StageUnavailable(f"stage {stage!r} is not available in this version (available: {', '.join(STAGES)})")
     if full_refresh:
         log.info("full refresh requested: silver and gold are rebuilt from bronze; bronze is never rewritten")
-    report = RunReport.start(job_name)
+    report = RunReport.start(job_name, run_id)
     data_stages = [s for s in wanted if s != "quality"]
     checks = quality_checkpoints(data_stages) if "quality" in wanted else {}
     if "quality" in wanted and not data_stages:
@@ -259,12 +285,12 @@ def _live_truth(ctx: Context, sources: list[str]) -> TruthSnapshot | None:
     return truth
 
 
-def quality_job(ctx: Context, job_name: str | None) -> RunReport:
+def quality_job(ctx: Context, job_name: str | None, run_id: str | None = None) -> RunReport:
     """``offsets-lakehouse quality [JOB]``: every suite on the tables as they are. Without a job:
     the default policies, and partition counts from every source in jobs.yaml."""
     if job_name is not None:
         ctx.job(job_name)
-    report = RunReport.start(job_name or "-")
+    report = RunReport.start(job_name or "-", run_id)
     _quality(ctx, job_name, report, None)
     return report
 
@@ -275,7 +301,8 @@ def _bronze(ctx: Context, sources: list[str], run_id: str, full_refresh: bool) -
     for name in sources:
         log.info(DATA_STAGES["bronze"].announce, name)
         result = ingest_source(ctx.spark, ctx.tables, name, ctx.config.sources[name], run_id, str(ctx.base_dir))
-        details.append(result.to_json())
+        detail = result.to_json()
+        details.append(detail)
         log.info(
             "bronze: %s read %d rows, inserted %d, %d conflicts, %d read issues",
             name,
@@ -284,6 +311,10 @@ def _bronze(ctx: Context, sources: list[str], run_id: str, full_refresh: bool) -
             result.conflicts,
             len(result.issues),
         )
+        eo = ingest_end_offsets(ctx.spark, ctx.tables, name, ctx.config.sources[name], run_id, str(ctx.base_dir))
+        if eo is not None:  # in the source's own report: one report per source
+            detail["end_offsets"] = eo.to_json()
+            log.info("bronze: %s end offsets: %d observations read, %d new", name, eo.observations, eo.inserted)
     return details
 
 
@@ -302,6 +333,7 @@ def _gold(ctx: Context, sources: list[str], run_id: str, full_refresh: bool) -> 
         run_id,
         full_refresh,
         soft_delete_retention_days=ctx.config.gold.soft_delete_retention_days,
+        admin_sources=admin_sources(ctx.config.sources, sources),
     )
     log.info(
         "gold: %d events, %d partitions incremental, %d recomputed; %d offset rows, %d pending, %d group rows",
@@ -331,10 +363,10 @@ def _log_silver(result: Any) -> None:
         log.info("silver: %s", note)
 
 
-def redecode_job(ctx: Context, job_name: str) -> RunReport:
+def redecode_job(ctx: Context, job_name: str, run_id: str | None = None) -> RunReport:
     """Decode the job's quarantine again (after an upgrade); recorded as a silver stage run."""
     ctx.job(job_name)
-    report = RunReport.start(job_name)
+    report = RunReport.start(job_name, run_id)
     with recorded_stage(ctx, report, "silver") as sr:
         result = redecode_quarantine(ctx.spark, ctx.tables, report.run_id)
         log.info("redecode: %d quarantined rows, %d released into their tables", result.bronze_rows, result.released)

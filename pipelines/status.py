@@ -14,9 +14,38 @@ if TYPE_CHECKING:
     from pipelines.runner import Context
 
 
-def collect_status(ctx: Context) -> dict[str, Any]:
-    """Tables with row counts, per-partition watermarks, the Kafka source's positions, silver's
-    progress, the last quality run and the last runs, with notes on what needs attention."""
+def summarise_watermarks(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per-partition watermarks (cluster, partition, records, first/last offset, last ingested)
+    summed up per cluster: partitions, records, the lowest first and highest last offset, the
+    latest ingestion."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        c = out.setdefault(
+            r["cluster"],
+            {
+                "cluster": r["cluster"],
+                "partitions": 0,
+                "records": 0,
+                "first_offset": None,
+                "last_offset": None,
+                "last_ingested": None,
+            },
+        )
+        c["partitions"] += 1
+        c["records"] += r["records"]
+        c["first_offset"] = (
+            r["first_offset"] if c["first_offset"] is None else min(c["first_offset"], r["first_offset"])
+        )
+        c["last_offset"] = r["last_offset"] if c["last_offset"] is None else max(c["last_offset"], r["last_offset"])
+        if r["last_ingested"] is not None:
+            c["last_ingested"] = max(filter(None, (c["last_ingested"], r["last_ingested"])))
+    return [out[k] for k in sorted(out)]
+
+
+def collect_status(ctx: Context, partitions: bool = False) -> dict[str, Any]:
+    """Tables with row counts, bronze watermarks per cluster (and per partition with
+    ``partitions``), the Kafka source's positions, silver's progress, the last quality run and the
+    last runs, with notes on what needs attention."""
     tables = ctx.tables
     names = tables.register_existing()
     doc: dict[str, Any] = {"root": ctx.root, "tables": [], "watermarks": [], "runs": [], "notes": []}
@@ -40,17 +69,21 @@ def collect_status(ctx: Context) -> dict[str, Any]:
             )
             .orderBy("cluster", "partition")
         )
-        doc["watermarks"] = [r.asDict() for r in marks.collect()]
+        rows = [r.asDict() for r in marks.collect()]
+        doc["watermarks"] = summarise_watermarks(rows)
+        if partitions:
+            doc["partitions"] = rows
     else:
         doc["notes"].append("no bronze table yet: run a job first (offsets-lakehouse run <job>)")
-        doc["kafka_positions"] = last_runs(ctx.spark, tables)
-        for row in doc["kafka_positions"]:
-            if row["held_back"]:
-                doc["notes"].append(
-                    f"cluster {row['cluster']} partition {row['partition']}: ingestion held at the last stable "
-                    f"offset {row['position']}, {row['held_back']} records behind the high watermark "
-                    "(an open transaction; see docs/bronze.md)"
-                )
+    # the Kafka source's positions are kept in bronze's commits: read whenever bronze exists
+    doc["kafka_positions"] = last_runs(ctx.spark, tables)
+    for row in doc["kafka_positions"]:
+        if row["held_back"]:
+            doc["notes"].append(
+                f"cluster {row['cluster']} partition {row['partition']}: ingestion held at the last stable "
+                f"offset {row['position']}, {row['held_back']} records behind the high watermark "
+                "(an open transaction; see docs/bronze.md)"
+            )
     doc["silver"] = silver_status(ctx.spark, tables)
     if doc["silver"] is not None:
         silver = doc["silver"]

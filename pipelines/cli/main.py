@@ -1,14 +1,19 @@
 """The ``offsets-lakehouse`` command line. Thin: parsing, output and exit codes only.
 
 Exit codes (docs/cli.md): 0 ok, 1 failure (undecodable records, corrupt batches, a failed
-run), 2 bad arguments or configuration, 3 data-quality failure.
+run), 2 bad arguments or configuration, 3 data-quality failure, 4 another run of the job is in
+progress (it holds the job's lock: nothing to do).
 """
 
 from __future__ import annotations
 
+import contextlib
+import csv
 import json
 import logging
+import logging.handlers
 import re
+import shlex
 import sys
 import traceback
 from collections.abc import Iterator
@@ -20,7 +25,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
-from pipelines.cli.render import render_inspect, render_rows, render_run, render_status
+from pipelines.cli.render import StageProgress, render_inspect, render_rows, render_run, render_status
 from pipelines.codec.segments import discover
 from pipelines.errors import ConfigError, OffsetsLakehouseError
 from pipelines.generate import generate as run_generate
@@ -31,7 +36,7 @@ from pipelines.runtime.config import STAGES
 # Expectations: seconds) when they run, so that inspect, generate, --help and a bad jobs.yaml
 # answer without loading them.
 
-EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_QUALITY = 0, 1, 2, 3
+EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_QUALITY, EXIT_RUNNING = 0, 1, 2, 3, 4
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -141,8 +146,31 @@ def generate(
         )
 
 
-def _setup_logging(verbose: bool, log_format: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is when a record is logged, so the progress display
+    (which redirects it while live) prints log lines above itself instead of through itself."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
+def _setup_logging(verbose: bool, log_format: str, log_file: Path | None = None) -> None:
+    """Logs to stderr, or appended to ``log_file`` (for cron). A WatchedFileHandler reopens the file
+    when logrotate moved it away, so rotation needs no signal and no copytruncate."""
+    handler: logging.Handler
+    if log_file is not None:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        handler = logging.handlers.WatchedFileHandler(log_file, encoding="utf-8")
+    else:
+        handler = _StderrHandler()
     if log_format == "json":
         handler.setFormatter(_JsonFormatter())
     else:
@@ -218,6 +246,28 @@ _config_option = click.option(
     help="jobs.yaml to use.",
 )
 _verbose_option = click.option("--verbose", "-v", is_flag=True, help="Debug logs and full tracebacks.")
+_log_file_option = click.option(
+    "--log-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Append the logs to this file instead of stderr (for cron; logrotate-safe). Errors stay on stderr.",
+)
+
+
+@contextmanager
+def _job_lock(config_path: Path, job: str) -> Iterator[str]:
+    """Hold JOB's lock (docs/operations.md) for the block; yields the run id it was taken for.
+    Taken from jobs.yaml alone, before Spark starts: a refused run exits 4 in a moment."""
+    from pipelines.runtime.lock import lock_configured_job
+
+    with lock_configured_job(config_path, job) as holder:
+        yield holder.run_id
+
+
+def _progress(as_json: bool) -> StageProgress | None:
+    """Per-stage progress on a terminal; none with --json or when output goes to a file or pipe."""
+    if as_json or not (sys.stdout.isatty() and sys.stderr.isatty()):
+        return None
+    return StageProgress()
 
 
 @cli.command()
@@ -234,6 +284,7 @@ _verbose_option = click.option("--verbose", "-v", is_flag=True, help="Debug logs
 @click.option("--master", help="Spark master URL (overrides jobs.yaml).")
 @click.option("--json", "as_json", is_flag=True, help="Print the run report as JSON.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@_log_file_option
 @_verbose_option
 def run(
     job: str,
@@ -243,15 +294,19 @@ def run(
     master: str | None,
     as_json: bool,
     log_format: str,
+    log_file: Path | None,
     verbose: bool,
 ) -> None:
-    """Run JOB from jobs.yaml (for Airflow/cron: exit 0 ok, 1 failure, 2 configuration, 3 data quality)."""
-    from pipelines.runner import Context, run_job
+    """Run JOB from jobs.yaml (for Airflow/cron: exit 0 ok, 1 failure, 2 configuration, 3 data
+    quality, 4 another run of JOB is in progress)."""
+    _setup_logging(verbose, log_format, log_file)
+    with one_line_errors(verbose), _job_lock(config_path, job) as run_id:
+        from pipelines.runner import Context, run_job
 
-    _setup_logging(verbose, log_format)
-    with one_line_errors(verbose):
-        ctx = Context(config_path, master)
-        report = run_job(ctx, job, None if stage == "all" else [stage], full_refresh)
+        progress = _progress(as_json)
+        with progress or contextlib.nullcontext():
+            ctx = Context(config_path, master, listener=progress)
+            report = run_job(ctx, job, None if stage == "all" else [stage], full_refresh, run_id)
     _exit_with(report, as_json)
 
 
@@ -272,6 +327,7 @@ def _exit_with(report: Any, as_json: bool) -> None:
 @click.option("--master", help="Spark master URL (overrides jobs.yaml).")
 @click.option("--json", "as_json", is_flag=True, help="Print the run report (or the quality report) as JSON.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@_log_file_option
 @_verbose_option
 def quality(
     job: str | None,
@@ -280,18 +336,19 @@ def quality(
     master: str | None,
     as_json: bool,
     log_format: str,
+    log_file: Path | None,
     verbose: bool,
 ) -> None:
     """Run the quality suites on the tables as they are (JOB's policies), or `quality report`.
 
     `quality report [--run RUN_ID]` prints suite, evaluated, passed, failed, status and where the
-    Data Docs are. Exit 0 ok, 1 failure, 2 configuration, 3 a rule with policy fail failed.
+    Data Docs are. Exit 0 ok, 1 failure, 2 configuration, 3 a rule with policy fail failed, 4 a run
+    of JOB is in progress.
     """
-    from pipelines.runner import Context, quality_job
-
-    _setup_logging(verbose, log_format)
+    _setup_logging(verbose, log_format, log_file)
     if job == "report":
         from pipelines.quality.report import load_report, render_text
+        from pipelines.runner import Context
 
         with one_line_errors(verbose):
             ctx = Context(config_path, master)
@@ -300,8 +357,10 @@ def quality(
         return
     if run_id:
         raise click.UsageError("--run is for `quality report`")
-    with one_line_errors(verbose):
-        report = quality_job(Context(config_path, master), job)
+    with one_line_errors(verbose), _job_lock(config_path, job) if job else contextlib.nullcontext() as lock_id:
+        from pipelines.runner import Context, quality_job
+
+        report = quality_job(Context(config_path, master), job, lock_id)
     _exit_with(report, as_json)
 
 
@@ -311,18 +370,28 @@ def quality(
 @click.option("--master", help="Spark master URL (overrides jobs.yaml).")
 @click.option("--json", "as_json", is_flag=True, help="Print the run report as JSON.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@_log_file_option
 @_verbose_option
-def redecode(job: str, config_path: Path, master: str | None, as_json: bool, log_format: str, verbose: bool) -> None:
+def redecode(
+    job: str,
+    config_path: Path,
+    master: str | None,
+    as_json: bool,
+    log_format: str,
+    log_file: Path | None,
+    verbose: bool,
+) -> None:
     """Decode JOB's silver.quarantine again with this version's decoder (after an upgrade).
 
     Records it now reads move into their tables; the others stay, re-tried by this decoder
-    version. Recorded in bronze.runs as a silver stage run. Exit 0 ok, 1 failure, 2 configuration.
+    version. Recorded in bronze.runs as a silver stage run. Exit 0 ok, 1 failure, 2 configuration,
+    4 a run of JOB is in progress.
     """
-    from pipelines.runner import Context, redecode_job
+    _setup_logging(verbose, log_format, log_file)
+    with one_line_errors(verbose), _job_lock(config_path, job) as run_id:
+        from pipelines.runner import Context, redecode_job
 
-    _setup_logging(verbose, log_format)
-    with one_line_errors(verbose):
-        report = redecode_job(Context(config_path, master), job)
+        report = redecode_job(Context(config_path, master), job, run_id)
     if as_json:
         click.echo(json.dumps(report.to_json(), default=str))
     else:
@@ -333,14 +402,16 @@ def redecode(job: str, config_path: Path, master: str | None, as_json: bool, log
 @cli.command()
 @_config_option
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+@click.option("--partitions", is_flag=True, help="Watermarks per (cluster, partition), not only per cluster.")
 @_verbose_option
-def status(config_path: Path, as_json: bool, verbose: bool) -> None:
-    """Tables, row counts, per-partition watermarks and the last runs."""
+def status(config_path: Path, as_json: bool, partitions: bool, verbose: bool) -> None:
+    """Tables, row counts, bronze watermarks per cluster (--partitions: per partition), the Kafka
+    source's positions and the last runs."""
     from pipelines.runner import Context
     from pipelines.status import collect_status
 
     with one_line_errors(verbose):
-        doc = collect_status(Context(config_path))
+        doc = collect_status(Context(config_path), partitions)
     if as_json:
         click.echo(json.dumps(doc, default=str))
     else:
@@ -348,10 +419,53 @@ def status(config_path: Path, as_json: bool, verbose: bool) -> None:
 
 
 @cli.command()
+@_config_option
+@click.option(
+    "--dir",
+    "workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Directory the lines cd into (default: the directory of jobs.yaml).",
+)
+def crontab(config_path: Path, workdir: Path | None) -> None:
+    """Print a crontab line per job of jobs.yaml that has a schedule (docs/operations.md)."""
+    from pipelines.runtime.config import load
+
+    with one_line_errors(False):
+        config = load(config_path)
+    click.echo(crontab_lines(config.jobs, config_path.resolve(), (workdir or config_path.parent).resolve()), nl=False)
+
+
+def crontab_lines(jobs: dict[str, Any], config: Path, workdir: Path) -> str:
+    """One crontab line per scheduled job: cd to ``workdir``, run the job with its logs in
+    ``var/log/<job>.log`` and its report appended to ``var/log/<job>-runs.jsonl``."""
+    exe = Path(sys.executable).parent / "offsets-lakehouse"
+    if not exe.exists():
+        exe = Path("offsets-lakehouse")
+    elif exe.is_relative_to(workdir):
+        exe = exe.relative_to(workdir)
+    cfg = "" if config == workdir / "jobs.yaml" else f" -c {shlex.quote(str(config))}"
+    out = [f"# offsets-lakehouse: one line per scheduled job of {config}\n"]
+    for name, job in jobs.items():
+        if job.schedule is None:
+            continue
+        out.append(
+            f"{job.schedule} cd {shlex.quote(str(workdir))} && mkdir -p var/log && {shlex.quote(str(exe))} run "
+            f"{shlex.quote(name)}{cfg} --log-file var/log/{name}.log --json >> var/log/{name}-runs.jsonl 2>&1\n"
+        )
+    return "".join(out)
+
+
+@cli.command()
 @click.argument("query", required=False)
 @_config_option
 @click.option("--file", "-f", "query_file", type=click.Path(exists=True, path_type=Path), help="Read SQL from a file.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per row.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "csv", "json"]),
+    help="table (default; --limit rows), csv (a header line, every row) or json (one object per line, every row).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.option("--limit", type=int, default=200, show_default=True, help="Rows to print (table output).")
 @click.option("--print-init", is_flag=True, help="Print SQL that registers every table, for `spark-sql -i`.")
 @_verbose_option
@@ -359,16 +473,20 @@ def sql(
     query: str | None,
     config_path: Path,
     query_file: Path | None,
+    fmt: str | None,
     as_json: bool,
     limit: int,
     print_init: bool,
     verbose: bool,
 ) -> None:
-    """Query the lakehouse with Spark SQL: bronze.*, silver.*, gold.* are registered by name."""
+    """Query the lakehouse with Spark SQL: bronze.*, silver.*, gold.*, quality.* are registered by name."""
     from pipelines.runner import Context
 
     if not print_init and not query and not query_file:
         raise click.UsageError("give a QUERY, --file or --print-init")
+    if as_json and fmt not in (None, "json"):
+        raise click.UsageError(f"--json and --format {fmt} are exclusive")
+    fmt = "json" if as_json else fmt or "table"
     with one_line_errors(verbose):
         ctx = Context(config_path)
         if print_init:
@@ -377,12 +495,113 @@ def sql(
         ctx.tables.register_existing()
         text = query_file.read_text() if query_file else query
         df = ctx.spark.sql(text)
-        rows = df.limit(limit).collect() if not as_json else df.collect()
-    if as_json:
+        rows = df.limit(limit).collect() if fmt == "table" else df.collect()
+    if fmt == "json":
         for r in rows:
             click.echo(json.dumps(r.asDict(recursive=True), default=str))
+    elif fmt == "csv":
+        write_csv(df.columns, [[_csv_value(v) for v in r] for r in rows])
     else:
         render_rows(df.columns, rows)
+
+
+def write_csv(columns: list[str], rows: list[list[Any]]) -> None:
+    """RFC 4180 CSV on stdout (the csv module's quoting), a header line first."""
+    out = csv.writer(sys.stdout, lineterminator="\n")
+    out.writerow(columns)
+    out.writerows(rows)
+
+
+def _csv_value(value: Any) -> Any:
+    """None as an empty field; structs, arrays and maps as JSON (a CSV field holds one string)."""
+    if value is None:
+        return ""
+    if hasattr(value, "asDict"):
+        return json.dumps(value.asDict(recursive=True), default=str)
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, default=lambda v: v.asDict(recursive=True) if hasattr(v, "asDict") else str(v))
+    return value
+
+
+@cli.command()
+@_config_option
+@click.option(
+    "--protocol",
+    type=click.Choice(["thrift", "connect", "both"]),
+    default="thrift",
+    show_default=True,
+    help="thrift: HiveServer2 JDBC/ODBC (BI tools, beeline); connect: Spark Connect (notebooks); both.",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option(
+    "--port",
+    type=click.IntRange(1, 65535),
+    help="Port of the protocol (default 10000 for thrift, 15002 for connect; with both: thrift's).",
+)
+@click.option("--connect-port", type=click.IntRange(1, 65535), help="Spark Connect's port with --protocol both.")
+@click.option(
+    "--refresh",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    help="Seconds between registrations of new tables (0: only on SIGHUP).",
+)
+@click.option("--master", help="Spark master URL (overrides jobs.yaml).")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@_verbose_option
+def serve(
+    config_path: Path,
+    protocol: str,
+    host: str,
+    port: int | None,
+    connect_port: int | None,
+    refresh: float,
+    master: str | None,
+    log_format: str,
+    verbose: bool,
+) -> None:
+    """Keep one Spark session with every table registered and serve it over JDBC/ODBC or Spark Connect.
+
+    Prints one line when ready ("serving the lakehouse at jdbc:hive2://127.0.0.1:10000 (tables: N)"),
+    registers tables that appear later every --refresh seconds and on SIGHUP, and stops cleanly on
+    SIGINT/SIGTERM (exit 0). docs/sql.md.
+    """
+    from pipelines.serve import Server, endpoints
+    from pipelines.serve import serve as run_server
+
+    if connect_port and protocol != "both":
+        raise click.UsageError("--connect-port is for --protocol both (else use --port)")
+    _setup_logging(verbose, log_format)
+    with one_line_errors(verbose):
+        server = Server(config_path, endpoints(protocol, host, port, connect_port), master)
+        run_server(server, refresh, lambda line: click.echo(line))
+
+
+@cli.command()
+@_config_option
+@click.option("--all", "show_all", is_flag=True, help="Also the declared tables that do not exist yet.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per table.")
+@_verbose_option
+def tables(config_path: Path, show_all: bool, as_json: bool, verbose: bool) -> None:
+    """Every table's name and location, without Spark: for delta-rs, Polars or DuckDB (docs/sql.md)."""
+    from pipelines.runtime.config import load, resolve_root
+    from pipelines.runtime.tables import locations
+
+    with one_line_errors(verbose):
+        config = load(config_path)
+        lh = config.lakehouse  # schema names may be renamed there
+        found = locations(
+            resolve_root(config, config_path.resolve().parent),
+            {layer: getattr(lh, f"{layer}_schema") for layer in ("bronze", "silver", "gold", "quality")},
+        )
+    shown = [t for t in found if show_all or t.exists]
+    if as_json:
+        for t in shown:
+            doc = {"name": t.name, "location": t.location, "partitioned_by": list(t.partitioned_by), "exists": t.exists}
+            click.echo(json.dumps(doc))
+    else:
+        for t in shown:
+            click.echo(f"{t.name}\t{t.location}" + ("" if t.exists else "\t(not created yet)"))
 
 
 def main() -> None:

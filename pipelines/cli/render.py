@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from types import TracebackType
 from typing import Any
 
 from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from pipelines.codec.records import TYPE_NAMES
@@ -142,24 +144,41 @@ def render_status(doc: dict[str, Any]) -> None:
     for row in doc["tables"]:
         t.add_row(row["table"], str(row["rows"]), row["location"])
     console.print(t)
-    w = Table(title="bronze watermarks per (cluster, partition)")
-    for col in ("cluster", "partition", "records", "first offset", "last offset", "last ingested"):
+    w = Table(title="bronze watermarks per cluster")
+    for col in ("cluster", "partitions", "records", "first offset", "last offset", "last ingested"):
         w.add_column(col)
     for row in doc["watermarks"]:
         w.add_row(
             row["cluster"],
-            str(row["partition"]),
+            str(row["partitions"]),
             str(row["records"]),
             str(row["first_offset"]),
             str(row["last_offset"]),
             str(row["last_ingested"]),
         )
     console.print(w)
-    if doc.get("kafka_positions"):
-        k = Table(title="Kafka source positions (last run per cluster)")
+    if "partitions" in doc:
+        p = Table(title="bronze watermarks per (cluster, partition)")
+        for col in ("cluster", "partition", "records", "first offset", "last offset", "last ingested"):
+            p.add_column(col)
+        for row in doc["partitions"]:
+            p.add_row(
+                row["cluster"],
+                str(row["partition"]),
+                str(row["records"]),
+                str(row["first_offset"]),
+                str(row["last_offset"]),
+                str(row["last_ingested"]),
+            )
+        console.print(p)
+    # every partition's position with --partitions; otherwise only those an open transaction holds back
+    positions = [r for r in doc.get("kafka_positions", []) if r["held_back"] or "partitions" in doc]
+    if positions:
+        title = "Kafka source positions (last run per cluster)"
+        k = Table(title=title if "partitions" in doc else f"{title}: held back")
         for col in ("cluster", "partition", "position", "high watermark", "held back", "run"):
             k.add_column(col)
-        for row in doc["kafka_positions"]:
+        for row in positions:
             k.add_row(
                 row["cluster"],
                 str(row["partition"]),
@@ -219,3 +238,66 @@ def render_rows(columns: list[str], rows: list[Any]) -> None:
     for row in rows:
         table.add_row(*[("" if v is None else str(v)) for v in row])
     Console().print(table)
+
+
+def stage_summary(stage: Any) -> str:
+    """One line on what a finished stage did, from its report details (the run report's fields)."""
+    parts = []
+    for d in stage.details:
+        if "suites" in d:
+            failed = sum(x["failed"] for x in d["suites"])
+            parts.append(f"{len(d['suites'])} suites, {failed} rules failed, {d.get('quarantined', 0)} quarantined")
+        elif "mode" in d:
+            parts.append(
+                f"{d['mode']}, {d.get('bronze_rows', 0)} bronze rows decoded, {d.get('quarantined', 0)} quarantined"
+            )
+        elif "events" in d:
+            parts.append(
+                f"{d['events']} events, {d.get('offsets_rows', 0)} offset rows, {d.get('group_rows', 0)} group rows"
+            )
+        elif "source" in d:
+            parts.append(f"{d['source']}: {d.get('rows_read', 0)} rows read, {d.get('rows_inserted', 0)} inserted")
+        elif "released" in d:
+            parts.append(f"{d['released']} released, {d.get('quarantined', 0)} still quarantined")
+    return "; ".join(parts)
+
+
+class StageProgress:
+    """The runner's stage listener on a terminal: a spinner with the elapsed time while a stage
+    runs, then one line with its status, seconds and result (``bronze ok in 12.3 s — …``). On
+    stderr, so stdout keeps only the report."""
+
+    def __init__(self, console: Console | None = None) -> None:
+        self.console = console or Console(stderr=True)
+        self._bar = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            TimeElapsedColumn(),
+            console=self.console,
+            transient=True,
+            redirect_stderr=True,
+            redirect_stdout=True,
+        )
+        self._task: TaskID | None = None
+
+    def __enter__(self) -> StageProgress:
+        self._bar.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self._bar.stop()
+
+    def stage_started(self, stage: str) -> None:
+        self._task = self._bar.add_task(f"{stage} running", total=None)
+
+    def stage_finished(self, report: Any) -> None:
+        if self._task is not None:
+            self._bar.remove_task(self._task)
+            self._task = None
+        colour = "green" if report.status == "ok" else "red"
+        summary = stage_summary(report)
+        self.console.print(
+            f"[{colour}]{report.stage} {report.status}[/] in {report.seconds:.1f} s"
+            + (f" — {summary}" if summary else ""),
+            highlight=False,
+        )

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
@@ -30,6 +30,7 @@ from pyspark.sql import functions as F
 
 from pipelines.gold.engine import DEFAULT_RETENTION_MS, PartitionInput, PartitionReplay
 from pipelines.gold.events import events_frame
+from pipelines.gold.lag import build_lag
 from pipelines.gold.plan import PART, Pair, Plan, make_plan, progress_rows
 from pipelines.runtime import faults, lake
 from pipelines.runtime.ddl import arrow_type
@@ -37,6 +38,9 @@ from pipelines.runtime.lake import partitions_predicate
 from pipelines.runtime.steps import Steps
 from pipelines.runtime.tables import Tables
 from pipelines.silver.topics import fill_topic_names, topic_names
+
+if TYPE_CHECKING:
+    from pipelines.runtime.config import KafkaSource
 
 __all__ = ["GOLD_TABLES", "GoldResult", "run_gold"]
 
@@ -66,6 +70,7 @@ class GoldResult:
     derived_rows: dict[str, int] = field(default_factory=dict)  # rows written per table
     purged: int = 0  # soft-deleted current_offsets rows past their retention, removed
     plan_source: str = ""  # change data feed, or a scan of silver (first run, feed unavailable)
+    lag: dict[str, Any] = field(default_factory=dict)  # pipelines/gold/lag.py's report
     steps: Steps = field(default_factory=lambda: Steps("gold"))  # wall time per step
 
     def to_json(self) -> dict[str, Any]:
@@ -286,6 +291,23 @@ def run_gold(
     full_refresh: bool = False,
     retention_ms: int = DEFAULT_RETENTION_MS,
     soft_delete_retention_days: float | None = None,
+    admin_sources: dict[str, KafkaSource] | None = None,
+) -> GoldResult:
+    """The replay and its writes, then consumer lag on the tables they left (pipelines/gold/lag.py;
+    ``admin_sources``: the job's sources whose end offsets are fetched with the Admin API now)."""
+    result = _replay(spark, tables, run_id, full_refresh, retention_ms, soft_delete_retention_days)
+    with result.steps("lag"):
+        result.lag = build_lag(spark, tables, run_id, admin_sources).to_json()
+    return result
+
+
+def _replay(
+    spark: SparkSession,
+    tables: Tables,
+    run_id: str,
+    full_refresh: bool,
+    retention_ms: int,
+    soft_delete_retention_days: float | None,
 ) -> GoldResult:
     full_refresh = _rebuild_if_outdated(spark, tables) or full_refresh
     lake.in_parallel([lambda t=t: tables.ensure("gold", t) for t in tables.specs["gold"]])  # a first run creates them

@@ -136,6 +136,16 @@ def gold_current_offsets(offsets: DataFrame) -> DataFrame:
     )
 
 
+def gold_lag(lag: DataFrame) -> DataFrame:
+    """gold.current_lag / gold.lag_history plus their consistency flags (docs/lag.md)."""
+    return lag.select(
+        *lag.columns,
+        # null-safe: lag is null exactly when either side is unknown, else their difference
+        F.col("lag").eqNullSafe(F.col("end_offset") - F.col("committed_offset")).alias("lag_is_end_minus_committed"),
+        (F.col("lag").isNull() == F.col("end_offset").isNull()).alias("lag_null_iff_end_unknown"),
+    )
+
+
 def log_clock(bronze: DataFrame) -> DataFrame:
     """(cluster, offsets_partition, log_now_ms): the latest record timestamp of each partition."""
     return bronze.groupBy("cluster", F.col("partition").alias("offsets_partition")).agg(
@@ -250,4 +260,6 @@ def load_frame(name: str, spark: SparkSession, tables: Tables, inputs: Inputs) -
         return Frame(gold_current_offsets(df))
     if name == "gold.pending_transactions":
         return Frame(gold_pending_transactions(df, bronze))
+    if name in ("gold.current_lag", "gold.lag_history"):
+        return Frame(gold_lag(df))
     return Frame(df)

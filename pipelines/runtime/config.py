@@ -19,7 +19,18 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 
 from pipelines.errors import ConfigError
 
-__all__ = ["STAGES", "AirflowSettings", "ConfigError", "JobsFile", "load", "resolve_root"]
+__all__ = [
+    "STAGES",
+    "AirflowSettings",
+    "ConfigError",
+    "EndOffsetsAdmin",
+    "EndOffsetsFile",
+    "JobsFile",
+    "find_job",
+    "load",
+    "resolve_lock_dir",
+    "resolve_root",
+]
 
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -34,6 +45,11 @@ class Lakehouse(_Model):
     silver_schema: str = "silver"
     gold_schema: str = "gold"
     quality_schema: str = "quality"
+    lock_dir: str | None = Field(
+        None,
+        description="directory of the per-job run locks; default: <root>/_locks for a local root, "
+        "~/.cache/offsets-lakehouse/locks/<sha1 of root> for an object-store root (docs/operations.md)",
+    )
 
 
 class SparkSettings(_Model):
@@ -52,9 +68,46 @@ class Security(_Model):
     extra: dict[str, SecretStr] = Field(default_factory=dict, description="more kafka.* client options")
 
 
+class EndOffsetsFile(_Model):
+    """End-offset snapshots in files (docs/lag.md): JSON lines or CSV with a header, columns
+    cluster (optional: the source's), topic, partition, end_offset, observed_at."""
+
+    kind: Literal["file"]
+    paths: list[str] = Field(min_length=1, description="files or globs; relative paths are relative to jobs.yaml")
+    format: Literal["jsonl", "csv"] | None = Field(None, description="default: from the file extension")
+
+    @model_validator(mode="after")
+    def _format_known(self) -> EndOffsetsFile:
+        if self.format is None:
+            for p in self.paths:
+                if not p.endswith((".jsonl", ".json", ".csv")):
+                    raise ValueError(
+                        f"paths: cannot tell the format of {p!r} from its extension: set format (jsonl or csv)"
+                    )
+        return self
+
+
+class EndOffsetsAdmin(_Model):
+    """End offsets fetched at run time with the Admin API (ListOffsets latest) of a kafka source."""
+
+    kind: Literal["admin"]
+
+
+EndOffsets = Annotated[EndOffsetsFile | EndOffsetsAdmin, Field(discriminator="kind")]
+
+
 class _Source(_Model):
     cluster: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")]
     offsets_partitions: int | None = Field(None, ge=1, description="partition count of __consumer_offsets")
+    end_offsets: EndOffsets | None = Field(
+        None, description="where the topics' end offsets for consumer lag come from (docs/lag.md); none: lag unknown"
+    )
+
+    @model_validator(mode="after")
+    def _admin_needs_kafka(self) -> _Source:
+        if isinstance(self.end_offsets, EndOffsetsAdmin) and getattr(self, "kind", None) != "kafka":
+            raise ValueError("end_offsets: kind admin needs a kafka source (bootstrap_servers); use kind file")
+        return self
 
 
 class KafkaSource(_Source):
@@ -205,6 +258,23 @@ def load(path: str | Path) -> JobsFile:
         return JobsFile.model_validate(_interpolate(raw, ""))
     except ValidationError as exc:
         raise ConfigError(_describe(exc, path)) from None
+
+
+def find_job(config: JobsFile, path: str | Path, name: str) -> Job:
+    """The job called ``name``; a configuration error naming the known ones when there is none."""
+    job = config.jobs.get(name)
+    if job is None:
+        raise ConfigError(f"{path}: jobs.{name}: no such job (known: {sorted(config.jobs)})")
+    return job
+
+
+def resolve_lock_dir(config: JobsFile, base: Path) -> str | None:
+    """``lakehouse.lock_dir`` as an absolute path (relative to jobs.yaml, ``~`` expanded), or None."""
+    lock_dir = config.lakehouse.lock_dir
+    if lock_dir is None:
+        return None
+    p = Path(lock_dir).expanduser()
+    return str((p if p.is_absolute() else base / p).resolve())
 
 
 def resolve_root(config: JobsFile, base: Path) -> str:

@@ -247,6 +247,43 @@ class Tables:
         return "\n".join(lines) + "\n"
 
 
+@dataclass(frozen=True)
+class Location:
+    name: str  # as registered: <schema>.<table>
+    layer: str
+    table: str
+    location: str
+    partitioned_by: tuple[str, ...]
+    exists: bool
+
+
+def locations(root: str, schema_names: dict[str, str] | None = None) -> list[Location]:
+    """Every declared table with its location and whether a Delta table is there: found
+    without Spark (a ``_delta_log`` directory), for readers such as delta-rs and Polars."""
+    names = {layer: layer for layer in LAYERS} | (schema_names or {})
+    root = root.rstrip("/")
+    out = []
+    for layer, tables in load_specs().items():
+        for table, spec in tables.items():
+            path = f"{root}/{layer}/{table}"
+            out.append(
+                Location(f"{names[layer]}.{table}", layer, table, path, spec.partitioned_by, _is_delta_dir(path))
+            )
+    return out
+
+
+def _is_delta_dir(path: str) -> bool:
+    from pyarrow import fs
+
+    uri = f"{path}/_delta_log"
+    if "://" in uri:
+        # s3a:// is Hadoop's name for what pyarrow calls s3://
+        filesystem, inner = fs.FileSystem.from_uri(re.sub(r"^s3a://", "s3://", uri))
+    else:
+        filesystem, inner = fs.LocalFileSystem(), uri
+    return filesystem.get_file_info(inner).type == fs.FileType.Directory
+
+
 def data_dictionary() -> str:
     """docs/tables.md: every table and column with its type and comment, from the declarations."""
     lines = [

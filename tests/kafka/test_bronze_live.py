@@ -5,12 +5,15 @@ nothing from aborted transactions. Compared on (partition, offset, key, value)."
 from __future__ import annotations
 
 import contextlib
+from collections import Counter
+from types import SimpleNamespace
 
 import pytest
 
 from pipelines.bronze.ingest import ingest_segments
 from pipelines.bronze.kafka_source import KafkaUnavailable, ingest_kafka, partition_ends
 from pipelines.runtime.config import KafkaSource, SegmentsSource
+from pipelines.status import collect_status
 
 
 def committed_view(rows: list) -> set[tuple]:
@@ -111,6 +114,22 @@ def test_open_transaction_holds_ingestion_and_status_shows_it(spark, tables, har
         held = {r["partition"]: r for r in last_runs(spark, tables)}
         assert held[part]["held_back"] >= 1
         assert held[part]["position"] < held[part]["high_watermark"]
+        # `status` with the bronze table there: the held-back partition at the broker's last stable
+        # offset (the open transaction pins it), and a note naming it
+        ends = partition_ends(spark, live_source(harness))[part]
+        doc = collect_status(SimpleNamespace(spark=spark, tables=tables, root=tables.root), partitions=True)
+        assert tables.name("bronze", "offsets_records") in {t["table"] for t in doc["tables"]}
+        shown = {r["partition"]: r for r in doc["kafka_positions"] if r["cluster"] == "harness"}
+        assert shown[part]["position"] == ends["last_stable"] < ends["high_watermark"]
+        assert shown[part]["held_back"] >= 1
+        assert {p for p, r in shown.items() if r["held_back"]} == {p for p, r in held.items() if r["held_back"]}
+        assert any(f"partition {part}: ingestion held at the last stable offset" in n for n in doc["notes"])
+        # watermarks: per partition as counted from bronze's rows here; per cluster, their sums
+        rows = spark.read.format("delta").load(tables.path("bronze", "offsets_records")).collect()
+        counts = Counter(r["partition"] for r in rows if r["cluster"] == "harness")
+        assert {r["partition"]: r["records"] for r in doc["partitions"] if r["cluster"] == "harness"} == counts
+        (cluster,) = [w for w in doc["watermarks"] if w["cluster"] == "harness"]
+        assert (cluster["partitions"], cluster["records"]) == (len(counts), sum(counts.values()))
     finally:
         with contextlib.suppress(KafkaException):  # already aborted by the coordinator's timeout
             p.abort_transaction(30)

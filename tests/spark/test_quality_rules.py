@@ -206,6 +206,49 @@ def test_gold_rules(spark, suites) -> None:
     assert out["transaction_resolved_within_max_age"].action == "warned"
 
 
+def test_lag_rules(spark, suites) -> None:
+    current = spark.createDataFrame(
+        [
+            ("c1", "g", "t", 0, 5, 9, 4),  # fine
+            ("c1", "g", "t", 0, 5, 9, 4),  # the same key twice
+            ("c1", "g", "t", 1, 5, 9, 3),  # not end - committed
+            ("c1", "g", "t", 2, 5, None, 0),  # end unknown but lag zero: must be null
+            ("c1", "g", "t", 3, 5, 9, None),  # end known, lag missing
+            ("c1", "g", "t", 4, 5, 2, -3),  # observation older than the commit: kept, warns
+            ("c1", "g", "t", 5, 5, None, None),  # unknown: fine
+        ],
+        "cluster string, group_id string, topic string, partition int, committed_offset bigint, "
+        "end_offset bigint, lag bigint",
+    )
+    out, _ = run(suites, "gold.current_lag", frames.Frame(frames.gold_lag(current)))
+    assert counts(out) == {
+        "key_unique": (False, 2),
+        "lag_is_end_minus_committed": (False, 3),
+        "lag_null_iff_end_offset_unknown": (False, 2),
+        "lag_not_negative": (False, 1),
+    }
+    assert out["lag_not_negative"].action == "warned" and out["key_unique"].action == "failed"
+    at = ts(NOW)
+    history = spark.createDataFrame(
+        [
+            ("c1", "g", "t", 0, at, 9, 5, 4),  # fine
+            ("c1", "g", "t", 0, at, 9, 5, 4),  # the same observation and group twice
+            ("c1", "g", "t", 1, at, 9, None, None),  # no offset then: fine
+            ("c1", "g", "t", 2, at, 9, None, 9),  # no offset then, yet a lag
+            ("c1", "g", "t", 3, at, None, 5, None),  # an observation without end offset
+        ],
+        "cluster string, group_id string, topic string, partition int, observed_at timestamp, "
+        "end_offset bigint, committed_offset bigint, lag bigint",
+    )
+    out, _ = run(suites, "gold.lag_history", frames.Frame(frames.gold_lag(history)))
+    assert counts(out) == {
+        "key_unique": (False, 2),
+        "end_offset_known": (False, 1),
+        "lag_is_end_minus_committed": (False, 1),
+        "lag_not_negative": (True, 0),
+    }
+
+
 def test_reconciliation_and_truth_rules(spark, suites) -> None:
     bronze = spark.createDataFrame(
         [("c1", 0, i) for i in range(3)] + [("c1", 1, i) for i in range(2)],

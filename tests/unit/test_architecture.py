@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("silver",),
     ("gold",),
     ("quality",),
-    ("runner", "status"),
+    ("runner", "status", "serve"),
     ("cli", "orchestrate"),  # orchestrate: Airflow DAGs that run the CLI (no Spark)
 ]
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.cli.main import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, EXIT_QUALITY, cli
+from pipelines.cli.main import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, EXIT_QUALITY, EXIT_RUNNING, cli
 from pipelines.errors import ConfigError, OffsetsLakehouseError, SourceNotFound
 from pipelines.orchestrate.commands import cli_bin, config_path, stage_command, verdict
 from pipelines.orchestrate.dags import dag_id, task_plan
@@ -40,7 +40,7 @@ def test_exit_codes_follow_the_cli() -> None:
     quality = verdict(EXIT_QUALITY, "j", "quality", config, failed_rules=["gold.current_offsets.x"])
     assert quality.action == "fail" and "offsets-lakehouse quality report -c jobs.yaml" in quality.message
     assert "gold.current_offsets.x" in quality.message
-    assert verdict(4, "j", "bronze", config).action == "skip"
+    assert verdict(EXIT_RUNNING, "j", "bronze", config).action == "skip"
     # killed by a signal, or anything the CLI does not document: a failure worth retrying
     assert verdict(-9, "j", "gold", config).action == "retry" and "signal 9" in verdict(-9, "j", "gold", config).message
     assert verdict(137, "j", "gold", config).action == "retry"

@@ -142,10 +142,12 @@ def test_cli_exit_codes(fake_run, monkeypatch: pytest.MonkeyPatch, verdict: bool
     verdicts[None] = verdict
     verdicts["gold"] = verdict
     monkeypatch.setattr(runner, "Context", lambda *a, **k: ctx)
-    result = CliRunner().invoke(cli, ["quality", "j", "--json"])
+    # the CLI reads the jobs.yaml itself for the job's lock (before the runner's Context)
+    config = ["-c", str(ctx.config_path)]
+    result = CliRunner().invoke(cli, ["quality", "j", "--json", *config])
     assert result.exit_code == code, result.output
     assert '"status": "%s"' % ("ok" if verdict else "quality_failed") in result.output
-    result = CliRunner().invoke(cli, ["run", "j", "--json"])
+    result = CliRunner().invoke(cli, ["run", "j", "--json", *config])
     assert result.exit_code == code, result.output
 
 

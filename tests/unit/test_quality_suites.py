@@ -32,6 +32,8 @@ REQUIRED_SUITES = {
     "gold.pending_transactions",
     "gold.reconciliation",
     "gold.truth_snapshot",
+    "gold.current_lag",
+    "gold.lag_history",
 }
 
 

@@ -1,0 +1,167 @@
+"""Consumer lag: ``gold.current_lag`` and ``gold.lag_history`` (docs/lag.md).
+
+Lag = a topic partition's end offset minus a group's committed offset. The end offsets are the
+observations in ``bronze.end_offsets`` (snapshot files ingested by bronze, or fetched here with
+the Admin API for the partitions the live offsets reference); without one, lag is unknown (null),
+never zero.
+
+Both tables are recomputed whole on every gold run, after the replay's writes: they are small
+(one row per live key; one per observation and group of its partition), and an observation can
+arrive late (a snapshot file of last week) or a commit older than an observation can arrive late
+(a backfill), so an incremental rule would need the same joins anyway. Each table's commit
+carries the versions of the inputs its rows follow from (current_lag: bronze.end_offsets and
+gold.current_offsets; lag_history: bronze.end_offsets and gold.offset_history, or nothing while
+there is no observation at all); a run whose inputs did not move skips the table, so an unchanged
+re-run adds no table version and costs a few Delta log look-ups.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from pipelines.bronze.end_offsets import fetch_admin, write
+from pipelines.runtime import lake
+from pipelines.runtime.steps import Steps
+
+if TYPE_CHECKING:
+    from pipelines.runtime.config import KafkaSource
+    from pipelines.runtime.tables import Tables
+
+__all__ = ["LagResult", "build_lag", "current_lag", "lag_history"]
+
+log = logging.getLogger("offsets_lakehouse")
+
+PARTITION_KEY = ["cluster", "topic", "partition"]
+# what the lag tables are computed from; the versions a table's rows are of ride in its commit
+INPUTS = (("bronze", "end_offsets"), ("gold", "current_offsets"), ("gold", "offset_history"))
+INPUTS_KEY = "lag_inputs"
+KEYS = {
+    "current_lag": ("cluster", "group_id", "topic", "partition"),
+    "lag_history": ("cluster", "group_id", "topic", "partition", "observed_at"),
+}
+
+
+@dataclass
+class LagResult:
+    admin_observations: int = 0  # fetched with the Admin API this run
+    admin_inserted: int = 0
+    unknown_partitions: list[str] = field(default_factory=list)  # the broker answered with an error
+    skipped: bool = False  # no input moved since the last computation
+    written: list[str] = field(default_factory=list)  # tables whose rows changed (one commit each)
+    steps: Steps = field(default_factory=lambda: Steps("lag"))
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def latest_observations(observations: DataFrame) -> DataFrame:
+    """The latest observation per (cluster, topic, partition); at the same instant the larger end."""
+    order = Window.partitionBy(*PARTITION_KEY).orderBy(F.col("observed_at").desc(), F.col("end_offset").desc())
+    return observations.withColumn("_n", F.row_number().over(order)).where("_n = 1").drop("_n")
+
+
+def current_lag(offsets: DataFrame, observations: DataFrame) -> DataFrame:
+    """One row per live key of current_offsets with the latest end offset of its partition."""
+    latest = latest_observations(observations).select(
+        *PARTITION_KEY, "end_offset", F.col("observed_at").alias("end_offset_observed_at")
+    )
+    live = offsets.where(~F.col("deleted")).select(*KEYS["current_lag"], "committed_offset", "commit_timestamp")
+    return live.join(latest, PARTITION_KEY, "left").select(
+        *KEYS["current_lag"],
+        "committed_offset",
+        "commit_timestamp",
+        "end_offset",
+        "end_offset_observed_at",
+        (F.col("end_offset") - F.col("committed_offset")).alias("lag"),
+    )
+
+
+def lag_history(history: DataFrame, observations: DataFrame) -> DataFrame:
+    """Each observation x each group with a state for that partition in offset_history, with the
+    offset committed as of the observation's time t: the last state (in log order) that took effect
+    at or before t in log time (``valid_from_timestamp <= t``; a null one — magic-0 records carry
+    no timestamp — counts as before every timestamped record); null if that state is a deletion
+    or the group had no state yet."""
+    obs = observations.select(*PARTITION_KEY, "observed_at", "end_offset", F.unix_millis("observed_at").alias("_t"))
+    groups = history.select(*PARTITION_KEY, "group_id").distinct()
+    pairs = obs.join(groups, PARTITION_KEY).alias("p")
+    h = history.select(
+        *PARTITION_KEY, "group_id", "valid_from_offset", "valid_from_timestamp", "committed_offset", "deleted"
+    ).alias("h")
+    on = [F.col(f"p.{c}") == F.col(f"h.{c}") for c in (*PARTITION_KEY, "group_id")]
+    on.append(F.col("h.valid_from_timestamp").isNull() | (F.col("h.valid_from_timestamp") <= F.col("p._t")))
+    joined = pairs.join(h, on, "left")
+    # the latest state by log position rather than by the interval's end time: the same answer
+    # while log time moves forward, and one answer when it steps back (clock skew between hosts)
+    key = [F.col(f"p.{c}") for c in KEYS["lag_history"]]
+    order = Window.partitionBy(*key).orderBy(F.col("h.valid_from_offset").desc_nulls_last())
+    ranked = joined.withColumn("_n", F.row_number().over(order)).where("_n = 1")
+    committed = F.when(~F.col("h.deleted"), F.col("h.committed_offset"))
+    return ranked.select(
+        *key,
+        F.col("p.end_offset").alias("end_offset"),
+        committed.alias("committed_offset"),
+        (F.col("p.end_offset") - committed).alias("lag"),
+    )
+
+
+def _fetch_admin(
+    spark: SparkSession, tables: Tables, run_id: str, sources: dict[str, KafkaSource], result: LagResult
+) -> None:
+    """End offsets now, for the partitions the live offsets of each admin source's cluster reference."""
+    offsets = lake.read(spark, tables.path("gold", "current_offsets"))
+    for name, source in sources.items():
+        parts: list[tuple[str, int]] = []
+        if offsets is not None:
+            live = offsets.where((F.col("cluster") == source.cluster) & ~F.col("deleted"))
+            parts = sorted((r["topic"], r["partition"]) for r in live.select("topic", "partition").distinct().collect())
+        observations, unknown = fetch_admin(spark, source, parts)
+        result.admin_observations += len(observations)
+        result.admin_inserted += write(spark, tables, observations, name, run_id)
+        result.unknown_partitions += [f"{source.cluster}/{u}" for u in unknown]
+        for u in unknown:
+            log.info("lag: %s: no end offset for %s (lag unknown)", name, u)
+
+
+def build_lag(
+    spark: SparkSession, tables: Tables, run_id: str, admin_sources: dict[str, KafkaSource] | None = None
+) -> LagResult:
+    result = LagResult()
+    if admin_sources:
+        with result.steps("fetch end offsets"):
+            _fetch_admin(spark, tables, run_id, admin_sources, result)
+    tables.ensure("bronze", "end_offsets")
+    for table in KEYS:
+        tables.ensure("gold", table)
+    versions = {f"{layer}.{t}": lake.version(spark, tables.path(layer, t)) for layer, t in INPUTS}
+    observed = lake.any_rows(spark, tables.path("bronze", "end_offsets"), "true")
+    # what each table's rows follow from: without observations lag_history is empty whatever gold holds
+    inputs = {
+        "current_lag": {k: versions[k] for k in ("bronze.end_offsets", "gold.current_offsets")},
+        "lag_history": {k: versions[k] for k in ("bronze.end_offsets", "gold.offset_history")} if observed else {},
+    }
+    todo = [t for t in KEYS if (lake.latest_metadata(spark, tables.path("gold", t)) or {}).get(INPUTS_KEY) != inputs[t]]
+    if not todo:
+        result.skipped = True  # no input moved since the tables were computed: nothing to do
+        return result
+    # every input exists: ensured here, or by run_gold before its replay
+    observations = spark.read.format("delta").load(tables.path("bronze", "end_offsets"))
+    offsets = spark.read.format("delta").load(tables.path("gold", "current_offsets"))
+    history = spark.read.format("delta").load(tables.path("gold", "offset_history"))
+    build = {
+        "current_lag": lambda: current_lag(offsets, observations),
+        "lag_history": lambda: lag_history(history, observations),
+    }
+    for table in todo:
+        with result.steps(table):
+            columns = [c.name for c in tables.spec("gold", table).columns]
+            # one commit carrying the input versions its rows are of: a run with the same inputs skips it
+            with lake.commit_metadata(spark, {INPUTS_KEY: inputs[table]}):
+                lake.replace_where(build[table]().select(*columns), tables.path("gold", table), "true")
+            result.written.append(table)
+    return result

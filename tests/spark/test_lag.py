@@ -1,0 +1,206 @@
+"""Consumer lag (docs/lag.md) from a generated log and end-offset snapshot files, against the
+generator's own records: current_lag against its expected state, lag_history against the
+reference replay stopped at the positions the generator's event log says were written by each
+observation's time — never against gold itself."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import itertools
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from pipelines.bronze.end_offsets import ingest_end_offsets
+from pipelines.bronze.ingest import ingest_segments
+from pipelines.generate import generate
+from pipelines.gold.build import run_gold
+from pipelines.reference.replay import replay_paths
+from pipelines.runtime import lake
+from pipelines.runtime.config import DumpSource, EndOffsetsFile, SegmentsSource
+from pipelines.runtime.tables import Tables
+from pipelines.silver.ingest import run_silver
+
+CLUSTER = "c1"
+
+
+def _ms(t: datetime) -> int:
+    return int(t.timestamp() * 1000)
+
+
+def _at(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, timezone.utc)
+
+
+def _events(root: Path) -> list[dict]:
+    with gzip.open(root / "generator-events.jsonl.gz", "rt") as f:
+        return [json.loads(line) for line in f]
+
+
+def _observation_times(events: list[dict]) -> list[int]:
+    """Instants strictly between two event times (never on a commit's own timestamp), after the
+    magic-0 eras (whose records carry no timestamp), plus one after the last event."""
+    timed = sorted({e["ts"] for e in events if e["era"] not in ("0.8.2", "0.9")})
+    picks = [timed[int(len(timed) * q)] for q in (0.35, 0.6, 0.85)]
+    out = []
+    for ts in picks:
+        nxt = timed[timed.index(ts) + 1]
+        out.append((ts + nxt) // 2 if nxt - ts > 1 else ts)  # ts itself only if nothing lies between
+    return [*out, timed[-1] + 60_000]
+
+
+def _committed_as_of(root: Path, events: list[dict], t: int) -> dict[tuple[str, str, int], int]:
+    """The live offsets after every batch the generator wrote at or before ``t`` (its event log's
+    positions), by the reference replay."""
+    stop = {}
+    for e in events:
+        if e["ts"] <= t:
+            stop[e["partition"]] = max(stop.get(e["partition"], 0), e["last_offset"] + 1)
+    for p in {e["partition"] for e in events}:
+        stop.setdefault(p, 0)
+    snap = replay_paths([str(root)], stop_at=stop).snapshot()
+    return {(o["group"], o["topic"], o["partition"]): o["offset"] for o in snap["offsets"]}
+
+
+@pytest.fixture(scope="module")
+def lag(spark, tmp_path_factory: pytest.TempPathFactory):
+    base = tmp_path_factory.mktemp("lag")
+    root = base / "logs"
+    generate(root, 3000, seed=33, partitions=4, segment_bytes=24 * 1024)
+    events = _events(root)
+    assert all(a["ts"] <= b["ts"] for a, b in itertools.pairwise(events)), "the clock must not step back"
+    expected = json.loads((root / "expected-state.json").read_text())
+    live = {(o["group"], o["topic"], o["partition"]): o for o in expected["offsets"]}
+    pairs = sorted({(t, p) for _, t, p in live})
+    observed = pairs[::2]  # some partitions get observations, the others stay unknown
+    assert len(observed) >= 3 and len(pairs) - len(observed) >= 3
+    times = _observation_times(events)
+    obs: list[tuple[str, int, int, int]] = []  # topic, partition, end_offset, observed_at ms
+    for i, (t, p) in enumerate(observed):
+        highest = max(o["offset"] for (_, tt, pp), o in live.items() if (tt, pp) == (t, p))
+        for k, ts in enumerate(times):
+            end = 50 * (k + 1) + i
+            if ts == times[-1]:
+                # the latest: past every commit, except one partition whose snapshot predates its
+                # last commit (a negative lag, kept as measured)
+                end = highest - 3 if i == 1 else highest + 7 * i + 1
+            obs.append((t, p, end, ts))
+    files = base / "snapshots"
+    files.mkdir()
+    jsonl, csv_path = files / "ends.jsonl", files / "ends.csv"
+    with jsonl.open("w") as f:  # ISO timestamps, the cluster named
+        for t, p, end, ts in obs[::2]:
+            at = _at(ts).isoformat()
+            row = {"cluster": CLUSTER, "topic": t, "partition": p, "end_offset": end, "observed_at": at}
+            f.write(json.dumps(row) + "\n")
+    with csv_path.open("w", newline="") as f:  # epoch milliseconds, the cluster from the source
+        w = csv.writer(f)
+        w.writerow(["topic", "partition", "end_offset", "observed_at"])
+        for t, p, end, ts in obs[1::2]:
+            w.writerow([t, p, end, ts])
+
+    for db in ("bronze", "silver", "gold", "quality"):
+        spark.sql(f"DROP SCHEMA IF EXISTS {db} CASCADE")
+    tables = Tables(spark, str(base / "lakehouse"))
+    segments = SegmentsSource(kind="segments", cluster=CLUSTER, paths=[str(root)])
+    ingest_segments(spark, tables, "gen", segments, "r0-bronze", "/")
+    run_silver(spark, tables, "r0-silver")
+    first = run_gold(spark, tables, "r0-gold")
+    source = DumpSource(
+        kind="dump",
+        cluster=CLUSTER,
+        format="jsonl",
+        paths=["unused"],
+        end_offsets=EndOffsetsFile(kind="file", paths=["snapshots/*.jsonl", "snapshots/ends.csv"]),
+    )
+    ingested = ingest_end_offsets(spark, tables, "snap", source, "r1-bronze", str(base))
+    second = run_gold(spark, tables, "r1-gold")
+    return {
+        "root": root,
+        "events": events,
+        "live": live,
+        "obs": obs,
+        "times": times,
+        "tables": tables,
+        "source": source,
+        "base": base,
+        "first": first,
+        "ingested": ingested,
+        "second": second,
+    }
+
+
+def test_current_lag_is_end_minus_committed_and_null_where_unknown(spark, lag):
+    latest: dict[tuple[str, int], tuple[int, int]] = {}
+    for t, p, end, ts in lag["obs"]:
+        if (t, p) not in latest or ts > latest[(t, p)][1]:
+            latest[(t, p)] = (end, ts)
+    want = {}
+    for (g, t, p), o in lag["live"].items():
+        end, ts = latest.get((t, p), (None, None))
+        lag_value = None if end is None else end - o["offset"]
+        want[(g, t, p)] = (o["offset"], o["commit_timestamp"], end, ts, lag_value)
+    rows = spark.read.format("delta").load(lag["tables"].path("gold", "current_lag")).collect()
+    got = {
+        (r["group_id"], r["topic"], r["partition"]): (
+            r["committed_offset"],
+            r["commit_timestamp"],
+            r["end_offset"],
+            None if r["end_offset_observed_at"] is None else _ms(r["end_offset_observed_at"]),
+            r["lag"],
+        )
+        for r in rows
+    }
+    assert len(rows) == len(got) and {r["cluster"] for r in rows} == {CLUSTER}
+    assert got == want
+    values = [v[4] for v in want.values()]
+    assert None in values and any(v is not None and v < 0 for v in values) and any(v and v > 0 for v in values)
+    # before any observation was ingested the table already listed every live key, lag unknown
+    assert "current_lag" in lag["first"].lag["written"]
+
+
+def test_lag_history_uses_the_offset_committed_as_of_each_observation(spark, lag):
+    exp = json.loads((lag["root"] / "expected-state.json").read_text())
+    ever = {(o["group"], o["topic"], o["partition"]) for o in exp["offsets"]}
+    ever |= {(d["group"], d["topic"], d["partition"]) for d in exp["deleted_offsets"]}
+    as_of = {ts: _committed_as_of(lag["root"], lag["events"], ts) for ts in lag["times"]}
+    want = {}
+    for t, p, end, ts in lag["obs"]:
+        for g, tt, pp in ever:
+            if (tt, pp) == (t, p):
+                committed = as_of[ts].get((g, t, p))
+                want[(g, t, p, ts)] = (end, committed, None if committed is None else end - committed)
+    rows = spark.read.format("delta").load(lag["tables"].path("gold", "lag_history")).collect()
+    got = {
+        (r["group_id"], r["topic"], r["partition"], _ms(r["observed_at"])): (
+            r["end_offset"],
+            r["committed_offset"],
+            r["lag"],
+        )
+        for r in rows
+    }
+    assert len(rows) == len(got)
+    assert got == want
+    # the history is not just the current state: some group's committed offset changed between
+    # observations, and some observation predates a group's first commit
+    by_key: dict[tuple, set] = {}
+    for (g, t, p, _), (_, committed, _) in want.items():
+        by_key.setdefault((g, t, p), set()).add(committed)
+    assert any(len({c for c in v if c is not None}) > 1 for v in by_key.values())
+    assert any(None in v for v in by_key.values())
+
+
+def test_reading_the_snapshots_again_adds_nothing(spark, lag):
+    tables = lag["tables"]
+    assert (lag["ingested"].observations, lag["ingested"].inserted) == (len(lag["obs"]), len(lag["obs"]))
+    path = tables.path("bronze", "end_offsets")
+    before = {t: lake.version(spark, tables.path("gold", t)) for t in ("current_lag", "lag_history")}
+    again = ingest_end_offsets(spark, tables, "snap", lag["source"], "r2-bronze", str(lag["base"]))
+    assert (again.observations, again.inserted) == (len(lag["obs"]), 0)
+    assert spark.read.format("delta").load(path).count() == len(lag["obs"])
+    rerun = run_gold(spark, tables, "r2-gold")
+    assert rerun.lag["skipped"]
+    assert {t: lake.version(spark, tables.path("gold", t)) for t in before} == before

@@ -1,0 +1,95 @@
+"""``offsets-lakehouse status``: bronze watermarks summed up per cluster by default, per partition
+with --partitions (docs/cli.md), both against the segment files' own census (``inspect``, not
+Spark)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from pipelines.bronze.ingest import ingest_segments
+from pipelines.cli.main import cli
+from pipelines.codec.segments import discover
+from pipelines.generate import generate
+from pipelines.inspect import inspect_segment
+from pipelines.runtime.config import SegmentsSource
+
+CLUSTERS = {"east": (1500, 3, 11), "west": (1000, 2, 12)}  # cluster -> records, partitions, seed
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    out = {}
+    for cluster, (records, partitions, seed) in CLUSTERS.items():
+        out[cluster] = tmp_path_factory.mktemp(f"status-{cluster}") / "logs"
+        generate(out[cluster], records, seed=seed, partitions=partitions, segment_bytes=16 * 1024)
+    return out
+
+
+def file_census(logs: Path) -> dict[int, dict[str, int]]:
+    """Per partition, from the files: records and the first and last record offset."""
+    out: dict[int, dict[str, int]] = {}
+    for seg in discover([logs]):
+        r = inspect_segment(seg)
+        if not r.records:
+            continue
+        p = out.setdefault(seg.partition, {"records": 0, "first_offset": r.first_offset, "last_offset": r.last_offset})
+        p["records"] += r.records
+        p["first_offset"] = min(p["first_offset"], r.first_offset)
+        p["last_offset"] = max(p["last_offset"], r.last_offset)
+    return out
+
+
+def status_json(config: Path, *extra: str) -> dict:
+    out = CliRunner().invoke(cli, ["status", "-c", str(config), "--json", *extra], catch_exceptions=False)
+    assert out.exit_code == 0, out.output
+    return json.loads(out.stdout)
+
+
+def test_watermarks_per_cluster_and_per_partition(spark, tables, logs: dict[str, Path], tmp_path: Path) -> None:
+    for cluster, path in logs.items():
+        src = SegmentsSource(kind="segments", cluster=cluster, paths=[str(path)])
+        ingest_segments(spark, tables, cluster, src, f"run-{cluster}", str(path))
+    config = tmp_path / "jobs.yaml"
+    config.write_text(
+        f"lakehouse: {{root: {tables.root}}}\n"
+        "spark: {master: 'local[2]'}\n"
+        f"sources: {{east: {{kind: segments, cluster: east, paths: [{logs['east']}]}}}}\n"
+        "jobs: {j: {sources: [east], stages: [bronze]}}\n"
+    )
+    summary = status_json(config)
+    detailed = status_json(config, "--partitions")
+
+    assert "partitions" not in summary, "per-partition rows only with --partitions"
+    expected_parts = []
+    expected_summary = []
+    for cluster in sorted(logs):
+        files = file_census(logs[cluster])
+        assert len(files) == CLUSTERS[cluster][1]
+        expected_parts += [{"cluster": cluster, "partition": p, **files[p]} for p in sorted(files)]
+        expected_summary.append(
+            {
+                "cluster": cluster,
+                "partitions": len(files),
+                "records": sum(f["records"] for f in files.values()),
+                "first_offset": min(f["first_offset"] for f in files.values()),
+                "last_offset": max(f["last_offset"] for f in files.values()),
+            }
+        )
+    got_parts = [
+        {k: r[k] for k in ("cluster", "partition", "records", "first_offset", "last_offset")}
+        for r in detailed["partitions"]
+    ]
+    assert got_parts == expected_parts
+    for doc in (summary, detailed):
+        got = [{k: v for k, v in r.items() if k != "last_ingested"} for r in doc["watermarks"]]
+        assert got == expected_summary
+        assert all(r["last_ingested"] for r in doc["watermarks"])
+        assert doc["kafka_positions"] == [], "no Kafka source ran"
+    # the summary's last ingestion is the latest of its partitions'
+    for row in summary["watermarks"]:
+        parts = [r["last_ingested"] for r in detailed["partitions"] if r["cluster"] == row["cluster"]]
+        assert row["last_ingested"] == max(parts)

@@ -1,0 +1,141 @@
+"""The per-job run lock (pipelines/runtime/lock.py, docs/operations.md): held by one process at a
+time, the holder named to the refused one, released by the kernel when the holder is killed."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pipelines.errors import JobRunning
+from pipelines.runtime.lock import hold, lock_configured_job, lock_path
+
+REPO = Path(__file__).resolve().parents[2]
+
+HOLDER = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from pipelines.runtime.lock import hold
+    with hold(Path(sys.argv[1]), "demo", sys.argv[2]):
+        print("held", flush=True)
+        time.sleep(120)
+""")
+
+
+def start_holder(path: Path, run_id: str) -> subprocess.Popen[str]:
+    """Another process holding the lock at ``path`` (it says so on stdout once it does)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(path), run_id], stdout=subprocess.PIPE, text=True, env=env, cwd=REPO
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+@pytest.fixture()
+def holder(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], Path]]:
+    path = tmp_path / "lh" / "_locks" / "demo.lock"
+    proc = start_holder(path, "run-other")
+    yield proc, path
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+
+
+def test_acquire_writes_the_holder_and_release_clears_it(tmp_path: Path) -> None:
+    path = tmp_path / "demo.lock"
+    with hold(path, "demo", "run-1") as me:
+        doc = json.loads(path.read_text())
+        assert doc == {"pid": os.getpid(), "host": socket.gethostname(), "run_id": "run-1", "started_at": me.started_at}
+    assert path.read_text() == ""  # released cleanly: nothing for the next run to take over
+    with hold(path, "demo", "run-2"):  # and it can be taken again
+        assert json.loads(path.read_text())["run_id"] == "run-2"
+
+
+def test_second_acquirer_is_refused_naming_the_holder(holder) -> None:
+    proc, path = holder
+    with pytest.raises(JobRunning) as refused, hold(path, "demo", "run-mine"):
+        pytest.fail("the lock is held by another process")
+    msg = str(refused.value)
+    assert msg.startswith("job demo is already running (")
+    assert f"pid {proc.pid} on host {socket.gethostname()}" in msg and "run run-other" in msg
+    assert refused.value.exit_code == 4
+    assert proc.poll() is None  # the holder was not disturbed
+
+
+def test_cli_run_exits_4_with_one_line_before_spark(holder, tmp_path: Path) -> None:
+    proc, _path = holder
+    config = tmp_path / "jobs.yaml"
+    config.write_text(f"""
+lakehouse: {{root: {tmp_path / "lh"}}}
+sources:
+  s: {{kind: segments, cluster: c, paths: [{tmp_path}]}}
+jobs:
+  demo: {{sources: [s]}}
+""")
+    t0 = time.monotonic()
+    out = subprocess.run(
+        [sys.executable, "-m", "pipelines.cli.main", "run", "demo", "-c", str(config), "--json"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=120,
+    )
+    elapsed = time.monotonic() - t0
+    assert out.returncode == 4, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: job demo is already running (pid "), out.stderr
+    assert f"pid {proc.pid} " in lines[0] and "run run-other" in lines[0]
+    assert out.stdout == ""
+    # no Spark, no runner import: a refused run is quick even on a loaded machine
+    assert elapsed < 20, elapsed
+    assert "pyspark" not in out.stderr
+
+
+def test_a_killed_holder_does_not_block_and_is_reported_as_taken_over(holder, caplog) -> None:
+    proc, path = holder
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    caplog.set_level(logging.WARNING, logger="offsets_lakehouse")
+    with hold(path, "demo", "run-next"):
+        assert json.loads(path.read_text())["run_id"] == "run-next"
+    taken = [r.getMessage() for r in caplog.records if "taken over" in r.getMessage()]
+    assert len(taken) == 1 and f"pid {proc.pid} " in taken[0] and "run run-other" in taken[0], taken
+    assert "no longer running" in taken[0]
+
+
+def test_lock_places(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert lock_path("/data/lh", "demo") == Path("/data/lh/_locks/demo.lock")
+    root = "s3a://bucket/prefix"
+    want = tmp_path / "home/.cache/offsets-lakehouse/locks" / hashlib.sha1(b"s3a://bucket/prefix").hexdigest()
+    assert lock_path(root, "demo") == want / "demo.lock"
+    assert lock_path(root, "demo", tmp_path / "x") == tmp_path / "x" / "demo.lock"
+    # jobs.yaml: an object-store root takes its locks from lakehouse.lock_dir (relative to jobs.yaml)
+    config = tmp_path / "jobs.yaml"
+    config.write_text("""
+lakehouse: {root: "s3a://bucket/prefix", lock_dir: run/locks}
+sources:
+  s: {kind: segments, cluster: c, paths: [/nowhere]}
+jobs:
+  demo: {sources: [s]}
+""")
+    with lock_configured_job(config, "demo", "run-s3") as me:
+        assert json.loads((tmp_path / "run/locks/demo.lock").read_text())["run_id"] == me.run_id == "run-s3"
+    # without lock_dir: the default directory under ~/.cache
+    config.write_text(config.read_text().replace(", lock_dir: run/locks", ""))
+    with lock_configured_job(config, "demo", "run-s3b"):
+        assert (want / "demo.lock").exists()
