@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+from datetime import date
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -20,6 +21,7 @@ from pipelines.errors import ConfigError
 
 __all__ = [
     "STAGES",
+    "AirflowSettings",
     "ConfigError",
     "EndOffsetsAdmin",
     "EndOffsetsFile",
@@ -164,11 +166,23 @@ class QualitySettings(_Model):
     )
 
 
+class AirflowSettings(_Model):
+    """How the job's Airflow DAG runs its tasks (docs/airflow.md); every field has a default."""
+
+    retries: int = Field(2, ge=0, description="retries of a task that failed with exit code 1")
+    retry_delay_minutes: float = Field(5, gt=0)
+    owner: str = Field("offsets-lakehouse", min_length=1)
+    tags: list[str] = Field(default_factory=lambda: ["offsets-lakehouse"])
+    start_date: date | None = Field(None, description="first data interval; default: a fixed past date (no catchup)")
+    execution_timeout_minutes: float | None = Field(None, gt=0, description="a task running longer is failed")
+
+
 class Job(_Model):
     sources: list[str] = Field(min_length=1)
     stages: list[Stage] = Field(default_factory=lambda: list(STAGES))
     schedule: str | None = Field(None, description="cron expression, for Airflow/cron wrappers")
     quality: QualitySettings = QualitySettings()
+    airflow: AirflowSettings = AirflowSettings()
 
     @field_validator("schedule")
     @classmethod

@@ -25,7 +25,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("gold",),
     ("quality",),
     ("runner", "status", "serve", "report"),
-    ("cli",),
+    ("cli", "orchestrate"),  # orchestrate: Airflow DAGs that run the CLI (no Spark)
 ]
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 
