@@ -37,6 +37,7 @@ def real_dir() -> Path:
 # whole modules to workers in collection order; starting the long ones first keeps one worker
 # from being left with a long module at the end while the other idles.
 _LONGEST_FIRST = (
+    "test_fault_points",  # e2e
     "test_silver_generated",
     "test_gold",
     "test_gold_splits",

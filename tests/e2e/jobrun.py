@@ -34,16 +34,21 @@ jobs:
 
 
 def run(
-    config: Path, fault: str | None = None, kill_on: str | None = None, kill_after: float = 0.0, *extra: str
+    config: Path,
+    fault: str | None = None,
+    kill_on: str | None = None,
+    kill_after: float = 0.0,
+    *extra: str,
+    command: str = "run",
 ) -> int:
-    """Run job ``j`` of ``config`` in a new process group; returns its exit code. ``fault``: the
-    fault point that ends it; ``kill_on``: SIGKILL the whole group (driver and JVM)
-    ``kill_after`` seconds after that text appears in its log."""
+    """Run job ``j`` of ``config`` (``offsets-lakehouse <command> j``) in a new process group;
+    returns its exit code. ``fault``: the fault point that ends it; ``kill_on``: SIGKILL the whole
+    group (driver and JVM) ``kill_after`` seconds after that text appears in its log."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("OFFSETS_FAULT", None)
     if fault:
         env["OFFSETS_FAULT"] = fault
-    cmd = [sys.executable, "-m", "pipelines.cli.main", "run", "j", "-c", str(config), "--json", *extra]
+    cmd = [sys.executable, "-m", "pipelines.cli.main", command, "j", "-c", str(config), "--json", *extra]
     proc = subprocess.Popen(
         cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     )

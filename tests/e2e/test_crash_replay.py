@@ -1,9 +1,7 @@
-"""A bronze run killed at any point and re-run gives the table an uninterrupted run gives.
-
-The killed runs are real `offsets-lakehouse run` processes (their own JVM): faults are injected at
-the named points of pipelines/runtime/faults.py, and once by a real SIGKILL of the whole process
-group (Python driver and JVM) while it ingests. The re-runs and the reference run use this
-process's Spark (tests/e2e/jobrun.py).
+"""A bronze run SIGKILLed while it ingests (the whole process group: Python driver and JVM) and
+re-run gives the table an uninterrupted run gives. The killed run is a real `offsets-lakehouse run`
+process; the re-run and the reference run use this process's Spark (tests/e2e/jobrun.py). The
+named fault points of every layer are in tests/e2e/test_fault_points.py.
 """
 
 from __future__ import annotations
@@ -14,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from pipelines.generate import generate
-from pipelines.runtime import faults
 from tests.e2e.jobrun import jobs_file, run, run_here
 
 COLUMNS = ["cluster", "partition", "offset", "key", "value", "control", "content_hash", "source_uri"]
@@ -45,14 +42,6 @@ def reference(spark, logs: Path, tmp_path_factory: pytest.TempPathFactory) -> se
     rows = table(spark, root)
     assert len(rows) >= 4000
     return rows
-
-
-@pytest.mark.parametrize("fault", sorted(p for p in faults.POINTS if p.startswith("bronze.")))
-def test_fault_point_then_rerun(spark, logs: Path, reference: set, tmp_path: Path, fault: str) -> None:
-    cfg = config(tmp_path, logs)
-    assert run(cfg, fault=fault) == faults.EXIT_CODE
-    run_here(cfg)
-    assert table(spark, tmp_path) == reference
 
 
 def test_sigkill_mid_ingest_then_rerun(spark, logs: Path, reference: set, tmp_path: Path) -> None:

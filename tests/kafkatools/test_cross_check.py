@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import subprocess
 import sys
+from collections import Counter
 
 import pytest
 
 from tests.kafkatools.conftest import real_segments_dir
 from tests.support.dumplog import (
+    EVERY,
     REPO,
     canonical_from_kafka,
     canonical_from_ours,
@@ -130,7 +133,7 @@ def test_offset_commit_v1_defaults_and_names():
     )
     res = compare_detailed([canonical_from_kafka(k)], [canonical_from_ours(o)])
     assert res.unaccepted == []
-    assert res.accepted == {"absent-field-default": 2}
+    assert res.by_rule() == {"absent-field-default": 2}
     # a non-default value for a field Kafka did not print is a real difference
     o2 = copy.deepcopy(o)
     o2["value"]["leader_epoch"] = 7
@@ -142,6 +145,52 @@ def test_offset_commit_v1_defaults_and_names():
     assert compare([canonical_from_kafka(k)], [canonical_from_ours(o3)]) == [
         f"{F} @0 value.commit_timestamp: kafka={TS} ours={TS + 9}"
     ]
+
+
+def test_accepted_fields_are_listed_per_type_and_version():
+    """A default is accepted only for the field, record type and value versions listed in
+    ACCEPTED -- not for any field of that name in any record."""
+    v3 = {"offset": 42, "leader_epoch": -1, "metadata": "", "commit_timestamp": TS, "expire_timestamp": -1}
+    k = _kafka(
+        record_type=1, key=OC_KEY_K, value_version=3, value={"offset": 42, "metadata": "", "commitTimestamp": TS}
+    )
+    o = _ours(record_type=1, key=OC_KEY_K, value_version=3, value={**v3, "topic_id": "AAAAAAAAAAAAAAAAAAAAAA"})
+    # v3 has leaderEpoch: Kafka prints it, so its absence is a real difference even at the default
+    assert compare([canonical_from_kafka(k)], [canonical_from_ours(o)]) == [
+        f"{F} @0 value.leader_epoch: kafka=<absent> ours=-1"
+    ]
+    # the same default in a record type where the field is not listed (type 8 has no leader_epoch)
+    k8 = _kafka(record_type=8, key={"groupId": "g", "memberId": "m"}, value_version=0, value={"memberEpoch": 1})
+    o8 = _ours(record_type=8, key={"group_id": "g", "member_id": "m"}, value_version=0, value={"member_epoch": 1})
+    o8["value"]["leader_epoch"] = -1
+    assert compare([canonical_from_kafka(k8)], [canonical_from_ours(o8)]) == [
+        f"{F} @0 value.leader_epoch: kafka=<absent> ours=-1"
+    ]
+
+
+def test_a_field_absent_by_version_must_be_absent_in_every_record():
+    """leaderEpoch does not exist in OffsetCommitValue v1: if Kafka printed it in one record of two,
+    the other record's accepted absence is reported with the counts."""
+    value = {"offset": 1, "metadata": "", "commitTimestamp": TS, "expireTimestamp": -1}
+    ks = [
+        _kafka(offset=0, record_type=1, key=OC_KEY_K, value_version=1, value=value),
+        _kafka(offset=1, record_type=1, key=OC_KEY_K, value_version=1, value={**value, "leaderEpoch": -1}),
+    ]
+    ours_value = {**_snake(value), "leader_epoch": -1, "topic_id": "AAAAAAAAAAAAAAAAAAAAAA"}
+    os_ = [_ours(offset=i, record_type=1, key=OC_KEY_K, value_version=1, value=ours_value) for i in (0, 1)]
+    res = compare_detailed([canonical_from_kafka(k) for k in ks], [canonical_from_ours(o) for o in os_])
+    assert res.unaccepted == [
+        "<all files> @-1 <accepted field present> type 1 v1 value.leader_epoch: "
+        'kafka="absent in 1 records" ours="2 records"'
+    ]
+    ks[1]["value"].pop("leaderEpoch")
+    res = compare_detailed([canonical_from_kafka(k) for k in ks], [canonical_from_ours(o) for o in os_])
+    assert res.unaccepted == []
+    assert res.accepted[("absent-field-default", 1, 1, "value.leader_epoch")] == 2
+
+
+def _snake(value: dict) -> dict:
+    return {re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", k).lower(): v for k, v in value.items()}
 
 
 def test_group_metadata_members_map_subscription_info():
@@ -239,7 +288,7 @@ def test_group_metadata_members_map_subscription_info():
     )
     res = compare_detailed([canonical_from_kafka(k)], [canonical_from_ours(o)])
     assert res.unaccepted == []
-    assert res.accepted == {"absent-field-default": 2, "consumer-protocol-version-above-3": 1}
+    assert res.by_rule() == {"absent-field-default": 2, "consumer-protocol-version-above-3": 1}
     o["value"]["members"][0]["assignment_info"]["assigned_partitions"][0]["partitions"] = [0]
     assert compare([canonical_from_kafka(k)], [canonical_from_ours(o)]) == [
         f"{F} @0 value.members[0].assignment.assigned_partitions[0].partitions.<length>: kafka=2 ours=1"
@@ -336,7 +385,7 @@ def test_control_tombstone_unknown_error_and_envelope():
     ]
     res = compare_detailed([canonical_from_kafka(r) for r in kafka], [canonical_from_ours(r) for r in ours])
     assert res.unaccepted == []
-    assert res.accepted == {"types-unknown-to-kafka-4.2": 2}  # unknown_type flag and the key of type 9
+    assert res.by_rule() == {"types-unknown-to-kafka-4.2": 2}  # unknown_type flag and the key of type 9
 
     bad = copy.deepcopy(ours)
     bad[0]["coordinator_epoch"] = 4
@@ -380,12 +429,12 @@ def test_kip848_fields_and_tags():
         },
     )
     res = compare_detailed([canonical_from_kafka(k)], [canonical_from_ours(o)])
-    assert (res.unaccepted, dict(res.accepted)) == ([], {"tagged-field-added-after-4.2": 1})
+    assert (res.unaccepted, res.by_rule()) == ([], {"tagged-field-added-after-4.2": 1})
     o["value"]["assigned_partitions"][0]["topic_id"] = "AAAAAAAAAAAAAAAAAAAAAA"
     assert len(compare([canonical_from_kafka(k)], [canonical_from_ours(o)])) == 1
 
 
-def test_real_segments_cross_check(kafka_real_dump):
+def test_real_segments_cross_check(kafka_real_dump, manifest):
     kafka_records, _ = kafka_real_dump
     root = real_segments_dir()
     cmd = [sys.executable, "-m", "pipelines.cli.main", "inspect", "--records", str(root)]
@@ -401,6 +450,22 @@ def test_real_segments_cross_check(kafka_real_dump):
     res = compare_detailed([canonical_from_kafka(r) for r in kafka_records], ours)
     assert not res.differences, res.summary()
     assert res.kafka_records == res.our_records == len(kafka_records)
+    # Fields a value version does not have are accepted once per record of that version: as many
+    # times as the independent parser's census (manifest.tsv) counts such records.
+    census: Counter[str] = Counter()
+    for row in manifest.values():
+        for pair in filter(None, row["key_value_pairs"].split(",")):
+            versions, n = pair.rsplit(":", 1)
+            census[versions] += int(n)
+    checked = 0
+    for a in EVERY:
+        for rtype in a.record_types:
+            for version in a.versions or ():
+                expected = census[f"{rtype}/{version}"]  # key version = record type for types 0-2
+                assert res.accepted[(a.rule, rtype, version, a.field)] == expected, (a, rtype, version)
+                checked += expected
+    assert checked > 50_000  # the census's type 1 v1-v4 and type 2 v1 records
+    assert set(res.by_rule()) == {"absent-field-default"}, res.by_rule()
 
 
 def _inspect_records(path) -> list[dict]:

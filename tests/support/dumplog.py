@@ -498,15 +498,6 @@ FIELD_DEFAULTS: dict[str, tuple[Any, ...]] = {
     "stored_description_topology_epoch": (-1,),
     "failed_description_topology_epoch": (-1,),
 }
-# Tagged fields added after Kafka 4.2 (spec §7.4, §7.6, §8.4, §9.1, §9.4): 4.2.1 skips them as
-# unknown tags, so it never prints them, whatever their value. Value path suffix per record type.
-FIELDS_UNKNOWN_TO_KAFKA_4_2 = {
-    6: ("assignment_timestamp",),
-    12: ("assignment_timestamp",),
-    20: ("assignment_timestamp",),
-    8: ("assignment_epochs",),
-    17: ("stored_description_topology_epoch", "failed_description_topology_epoch"),
-}
 
 
 @dataclass(frozen=True)
@@ -525,93 +516,175 @@ class Difference:
 
         return f"{self.file} @{self.offset} {self.path}: kafka={show(self.kafka)} ours={show(self.ours)}"
 
+    @property
+    def field(self) -> str:
+        """The path with list indices written ``[]``: ``value.members[].group_instance_id``."""
+        return re.sub(r"\[\d+\]", "[]", self.path)
 
-def _leaf(path: str) -> str:
-    return re.sub(r"\[\d+\]$", "", path.rsplit(".", 1)[-1])
+    @property
+    def record_type(self) -> int | None:
+        rec = self.our_rec or self.kafka_rec
+        return rec["record_type"] if rec else None
+
+    @property
+    def value_version(self) -> int | None:
+        rec = self.our_rec or self.kafka_rec
+        return rec["value_version"] if rec else None
 
 
 def _absent_default(d: Difference) -> bool:
-    return (
-        d.kafka is _ABSENT
-        and d.path.startswith("value.")
-        and _leaf(d.path) in FIELD_DEFAULTS
-        and d.ours in FIELD_DEFAULTS[_leaf(d.path)]
-    )
+    leaf = re.sub(r"\[\]$", "", d.field.rsplit(".", 1)[-1])
+    return d.kafka is _ABSENT and leaf in FIELD_DEFAULTS and d.ours in FIELD_DEFAULTS[leaf]
 
 
-def _unknown_to_kafka_4_2(d: Difference) -> bool:
-    rtype = d.our_rec and d.our_rec["record_type"]
-    return (
-        d.kafka is _ABSENT
-        and d.path.startswith("value.")
-        and _leaf(d.path) in FIELDS_UNKNOWN_TO_KAFKA_4_2.get(rtype, ())
-    )  # type: ignore[arg-type]
+def _absent_in_kafka(d: Difference) -> bool:
+    return d.kafka is _ABSENT
 
 
 def _consumer_protocol_version_above_3(d: Difference) -> bool:
-    if not (
-        re.fullmatch(r"value\.members\[\d+\]\.(subscription|assignment)", d.path)
-        and isinstance(d.kafka, str)
-        and isinstance(d.ours, dict)
-    ):
+    if not (isinstance(d.kafka, str) and isinstance(d.ours, dict)):
         return False
     raw = base64.b64decode(d.kafka)
     return len(raw) >= 2 and int.from_bytes(raw[:2], "big", signed=True) > 3
 
 
-_DECODED_PARTS = ("unknown_type", "error", "record_type", "key", "value_version", "value")
+def _anything(d: Difference) -> bool:
+    return True
 
 
-def _root(path: str) -> str:
-    return re.split(r"[.\[]", path, maxsplit=1)[0]
-
-
-def _types_unknown_to_kafka_4_2(d: Difference) -> bool:
-    k = d.kafka_rec
-    return bool(k and k["unknown_type"] and k["record_type"] in (9, 18) and _root(d.path) in _DECODED_PARTS)
-
-
-def _historical_layout(d: Difference) -> bool:
-    return bool(d.our_rec and d.our_rec.get("layout") and _root(d.path) in _DECODED_PARTS)
-
-
-# (id, reason, predicate). A difference is accepted if any predicate returns True.
-ACCEPTED_DIFFERENCES: list[tuple[str, str, Callable[[Difference], bool]]] = [
-    (
-        "absent-field-default",
+# Why a difference may be accepted: rule id -> (reason, check of the two values).
+RULES: dict[str, tuple[str, Callable[[Difference], bool]]] = {
+    "absent-field-default": (
         "Kafka's generated JSON converters omit fields that do not exist in the record's version (e.g. "
         "leaderEpoch before OffsetCommitValue v3, ownedPartitions in subscription v0) and tagged fields equal "
         "to their default (topicId zero, metadataHash 0, absent ClassicMemberMetadata); our output materialises "
         "the declared default (docs/inspect-records.md). Accepted only when our value IS that default.",
         _absent_default,
     ),
-    (
-        "tagged-field-added-after-4.2",
+    "tagged-field-added-after-4.2": (
         "AssignmentTimestamp (types 6/12/20, 4.3), AssignmentEpochs of type 8 (4.3) and the 4.4 streams "
         "topology-epoch tags are unknown tags to Kafka 4.2.1, which skips them silently; we decode them.",
-        _unknown_to_kafka_4_2,
+        _absent_in_kafka,
     ),
-    (
-        "consumer-protocol-version-above-3",
+    "consumer-protocol-version-above-3": (
         "DumpLogSegments decodes subscription/assignment bytes with the generated reader, which rejects "
         "versions > 3 and then prints the raw bytes; Kafka's ConsumerProtocol (and our decoder, spec §6.3) "
-        "reads a higher version as the highest known one.",
+        "reads a higher version as the highest known one. Accepted only when the bytes' version is > 3.",
         _consumer_protocol_version_above_3,
     ),
-    (
-        "types-unknown-to-kafka-4.2",
+    "types-unknown-to-kafka-4.2": (
         "Type 9 (3.9/4.0 only) and 18 (never released) are not known to Kafka 4.2.1: it prints 'Unknown "
         "record type'; our decoder decodes them per spec §8.1/§9.2.",
-        _types_unknown_to_kafka_4_2,
+        _anything,
     ),
-    (
-        "historical-layout",
-        "Records our decoder could only decode with an alternative historical layout (layout = kafka-3.7 / "
-        "kafka-4.0, spec Appendix A and §8): Kafka 4.2.1 only knows the current layout and errors or "
-        "misreads them.",
-        _historical_layout,
+    "historical-layout": (
+        "Records of types 5, 7, 8 and 9 our decoder could only decode with the Kafka 3.7 early-access or "
+        "4.0 layout (spec Appendix A and §8): Kafka 4.2.1 only knows the current layout and errors or "
+        "misreads them. Accepted only for records our decoder marks with such a layout.",
+        lambda d: bool(d.our_rec and d.our_rec.get("layout")),
     ),
+}
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """One field that may differ, in which record types and value versions, and why (a rule).
+
+    A field path occurs at most once per record (or per list element, for ``[]`` paths), which
+    bounds every count; ``every``: the field does not exist in these versions, so Kafka omits it in
+    EVERY such record we print it in, and the count must equal that number of records (fails
+    if either side starts or stops printing it). ``subtree``: the field's sub-paths too.
+    """
+
+    rule: str
+    record_types: frozenset[int]
+    field: str
+    versions: frozenset[int] | None = None  # None: any value version
+    every: bool = False
+    subtree: bool = False
+
+    def matches(self, d: Difference) -> bool:
+        if d.record_type not in self.record_types:
+            return False
+        if self.versions is not None and d.value_version not in self.versions:
+            return False
+        field = d.field
+        return field == self.field or (self.subtree and field.startswith((self.field + ".", self.field + "[")))
+
+
+def _fields(rule: str, types: set[int], fields: list[str], **kw: Any) -> list[Accepted]:
+    return [Accepted(rule, frozenset(types), f, **kw) for f in fields]
+
+
+_D, _T = "absent-field-default", "tagged-field-added-after-4.2"
+_OFFSET_COMMIT = {0, 1}
+_MEMBER_SUBSCRIPTION = [f"value.members[].subscription.{f}" for f in ("generation_id", "owned_partitions", "rack_id")]
+
+# Every accepted difference, one field at a time. A difference not listed here fails the test.
+ACCEPTED: list[Accepted] = [
+    # OffsetCommitValue: leaderEpoch from v3, expireTimestamp only in v1, topicId a v4 tag
+    *_fields(_D, _OFFSET_COMMIT, ["value.leader_epoch"], versions=frozenset({0, 1, 2}), every=True),
+    *_fields(_D, _OFFSET_COMMIT, ["value.expire_timestamp"], versions=frozenset({0, 2, 3, 4}), every=True),
+    *_fields(_D, _OFFSET_COMMIT, ["value.topic_id"], versions=frozenset({0, 1, 2, 3}), every=True),
+    *_fields(_D, _OFFSET_COMMIT, ["value.topic_id"], versions=frozenset({4})),
+    # GroupMetadataValue: currentStateTimestamp from v2, rebalanceTimeout from v1, groupInstanceId from v3
+    *_fields(_D, {2}, ["value.current_state_timestamp"], versions=frozenset({0, 1}), every=True),
+    *_fields(_D, {2}, ["value.members[].rebalance_timeout"], versions=frozenset({0})),
+    *_fields(_D, {2}, ["value.members[].group_instance_id"], versions=frozenset({0, 1, 2})),
+    # consumer-protocol subscription fields of versions the member's bytes do not have
+    *_fields(_D, {2}, _MEMBER_SUBSCRIPTION),
+    *_fields(
+        "consumer-protocol-version-above-3",
+        {2},
+        ["value.members[].subscription", "value.members[].assignment"],
+    ),
+    # KIP-848, share and streams tags at their default
+    *_fields(_D, {3}, ["value.metadata_hash"]),
+    *_fields(_D, {5}, ["value.classic_member_metadata"]),
+    *_fields(_D, {17}, [f"value.{f}" for f in ("validated_topology_epoch", "last_assignment_configs")]),
+    # tags Kafka 4.2.1 does not know: accepted at any value (at their default by the first rule)
+    *[
+        a
+        for rule in (_D, _T)
+        for a in [
+            *_fields(rule, {6, 12, 20}, ["value.assignment_timestamp"]),
+            *_fields(
+                rule,
+                {8},
+                [
+                    "value.assigned_partitions[].assignment_epochs",
+                    "value.partitions_pending_revocation[].assignment_epochs",
+                ],
+            ),
+            *_fields(
+                rule,
+                {22},
+                [f"value.{t}[].assignment_epochs" for t in ("active_tasks", "standby_tasks", "warmup_tasks")],
+            ),
+            *_fields(
+                rule, {17}, ["value.stored_description_topology_epoch", "value.failed_description_topology_epoch"]
+            ),
+        ]
+    ],
+    *_fields(
+        "types-unknown-to-kafka-4.2",
+        {9, 18},
+        ["unknown_type", "error", "key", "value_version", "value"],
+        subtree=True,
+    ),
+    *_fields("historical-layout", {5, 7, 8, 9}, ["error", "key", "value_version", "value"], subtree=True),
 ]
+
+
+EVERY = [a for a in ACCEPTED if a.every]
+
+
+def accept(d: Difference) -> Accepted | None:
+    """The listed field and rule that accept ``d``, if any."""
+    for a in ACCEPTED:
+        if a.matches(d) and RULES[a.rule][1](d):
+            return a
+    return None
 
 
 # ---------------------------------------------------------------- comparison
@@ -646,10 +719,13 @@ def _index(recs: Iterable[dict[str, Any]]) -> dict[tuple[str, int, int], dict[st
     return out
 
 
+AcceptedKey = tuple[str, int, "int | None", str]  # (rule, record type, value version, field)
+
+
 @dataclass
 class Comparison:
     differences: list[Difference]
-    accepted: Counter[str]
+    accepted: Counter[AcceptedKey]
     kafka_records: int
     our_records: int
 
@@ -657,11 +733,18 @@ class Comparison:
     def unaccepted(self) -> list[str]:
         return [str(d) for d in self.differences]
 
+    def by_rule(self) -> dict[str, int]:
+        """Accepted differences per rule."""
+        out: Counter[str] = Counter()
+        for (rule, *_), n in self.accepted.items():
+            out[rule] += n
+        return dict(out)
+
     def summary(self, first: int = 30) -> str:
-        by_path = Counter(re.sub(r"\[\d+\]", "[]", d.path) for d in self.differences)
+        by_path = Counter(d.field for d in self.differences)
         lines = [
             f"{len(self.differences)} unaccepted difference(s); kafka records={self.kafka_records} "
-            f"ours={self.our_records}; accepted: {dict(self.accepted) or 'none'}",
+            f"ours={self.our_records}; accepted: {self.by_rule() or 'none'}",
             "by path: " + ", ".join(f"{p}={n}" for p, n in by_path.most_common(15)),
         ]
         lines += [f"  {d}" for d in self.differences[:first]]
@@ -671,10 +754,17 @@ class Comparison:
 
 
 def compare_detailed(kafka_recs: Iterable[dict[str, Any]], our_recs: Iterable[dict[str, Any]]) -> Comparison:
-    """Compare canonical records (outputs of canonical_from_kafka / canonical_from_ours)."""
+    """Compare canonical records (outputs of canonical_from_kafka / canonical_from_ours).
+
+    A difference is accepted only by a field listed in :data:`ACCEPTED` whose rule holds for the
+    two values; a field listed with ``every`` that is NOT different in some record of its
+    type/version is itself reported (``<accepted field present>``).
+    """
     k_idx, o_idx = _index(kafka_recs), _index(our_recs)
     diffs: list[Difference] = []
-    accepted: Counter[str] = Counter()
+    accepted: Counter[AcceptedKey] = Counter()
+    printed: Counter[tuple[int, int, str]] = Counter()  # (type, version, value field) -> records we print it in
+    every_seen: dict[tuple[Accepted, int, int], set[tuple[str, int, int]]] = defaultdict(set)
     missing: defaultdict[str, list[int]] = defaultdict(list)
     extra: defaultdict[str, list[int]] = defaultdict(list)
     for ident in sorted(set(k_idx) | set(o_idx)):
@@ -685,16 +775,38 @@ def compare_detailed(kafka_recs: Iterable[dict[str, Any]], our_recs: Iterable[di
         if k is None:
             extra[ident[0]].append(ident[1])
             continue
+        if isinstance(o["value"], dict) and o["record_type"] is not None:
+            for name in o["value"]:
+                printed[(o["record_type"], o["value_version"], f"value.{name}")] += 1
         raw: list[tuple[str, Any, Any]] = []
         _diff("", {f: k[f] for f in CANONICAL_FIELDS}, {f: o[f] for f in CANONICAL_FIELDS}, raw)
         for path, kv, ov in raw:
             d = Difference(ident[0], ident[1], path, kv, ov, k, o)
-            for name, _reason, pred in ACCEPTED_DIFFERENCES:
-                if pred(d):
-                    accepted[name] += 1
-                    break
-            else:
+            if kv is _ABSENT:  # Kafka omitted it: counts for an `every` field, accepted or not
+                for e in EVERY:
+                    if e.matches(d):
+                        every_seen[(e, d.record_type, d.value_version)].add(ident)  # type: ignore[index]
+            a = accept(d)
+            if a is None:
                 diffs.append(d)
+            else:
+                accepted[(a.rule, d.record_type, d.value_version, d.field)] += 1  # type: ignore[index]
+    for a in EVERY:
+        for (rtype, version, field), n in sorted(printed.items()):
+            if field == a.field and rtype in a.record_types and a.versions is not None and version in a.versions:
+                seen = len(every_seen.get((a, rtype, version), ()))
+                if seen != n:
+                    diffs.append(
+                        Difference(
+                            "<all files>",
+                            -1,
+                            f"<accepted field present> type {rtype} v{version} {a.field}",
+                            f"absent in {seen} records",
+                            f"{n} records",
+                            None,
+                            None,
+                        )
+                    )
     for file, offs in sorted(missing.items()):
         diffs.insert(
             0,
