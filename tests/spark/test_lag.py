@@ -204,3 +204,27 @@ def test_reading_the_snapshots_again_adds_nothing(spark, lag):
     rerun = run_gold(spark, tables, "r2-gold")
     assert rerun.lag["skipped"]
     assert {t: lake.version(spark, tables.path("gold", t)) for t in before} == before
+
+
+def test_the_analyst_guides_lag_query(spark, lag):
+    """docs/analyst-guide.md's lag-per-group query, against the lag worked out from the expected
+    state and the snapshot files (not from gold.current_lag)."""
+    from tests.spark.test_analyst_guide import fill, guide_queries
+
+    per_group: dict[str, list[int | None]] = {}
+    latest: dict[tuple[str, int], tuple[int, int]] = {}
+    for t, p, end, ts in lag["obs"]:
+        if (t, p) not in latest or ts > latest[(t, p)][1]:
+            latest[(t, p)] = (end, ts)
+    for (g, t, p), o in lag["live"].items():
+        end = latest.get((t, p), (None, None))[0]
+        per_group.setdefault(g, []).append(None if end is None else end - o["offset"])
+    want = []
+    for g, lags in per_group.items():
+        known = [x for x in lags if x is not None]
+        want.append((g, sum(known) if known else None, max(known) if known else None, len(lags) - len(known)))
+    want.sort(key=lambda r: (r[2] is None, -(r[2] or 0), r[0]))
+    lag["tables"].register_existing()
+    rows = spark.sql(fill(guide_queries()["lag-per-group"])).collect()
+    assert [tuple(r) for r in rows] == want
+    assert any(r[3] for r in want) and any(r[2] is not None for r in want)
