@@ -5,7 +5,8 @@ observations in ``bronze.end_offsets`` (snapshot files ingested by bronze, or fe
 the Admin API for the partitions the live offsets reference); without one, lag is unknown (null),
 never zero.
 
-Both tables are recomputed whole on every gold run, after the replay's writes: they are small
+They exist once an end offset is configured (an admin source) or observed: until then gold runs
+skip lag entirely. Both tables are recomputed whole on every gold run, after the replay's writes: they are small
 (one row per live key; one per observation and group of its partition), and an observation can
 arrive late (a snapshot file of last week) or a commit older than an observation can arrive late
 (a backfill), so an incremental rule would need the same joins anyway. Each table's commit
@@ -135,6 +136,11 @@ def build_lag(
     if admin_sources:
         with result.steps("fetch end offsets"):
             _fetch_admin(spark, tables, run_id, admin_sources, result)
+    elif not lake.any_rows(spark, tables.path("bronze", "end_offsets"), "true"):
+        # no end offset configured or ever observed: nothing to know lag from, so no lag tables to
+        # keep in step with current_offsets (a job without lag inputs pays nothing for lag)
+        result.skipped = True
+        return result
     tables.ensure("bronze", "end_offsets")
     for table in KEYS:
         tables.ensure("gold", table)

@@ -158,8 +158,9 @@ def test_current_lag_is_end_minus_committed_and_null_where_unknown(spark, lag):
     assert got == want
     values = [v[4] for v in want.values()]
     assert None in values and any(v is not None and v < 0 for v in values) and any(v and v > 0 for v in values)
-    # before any observation was ingested the table already listed every live key, lag unknown
-    assert "current_lag" in lag["first"].lag["written"]
+    # before any end offset was configured or observed, gold skipped lag and made no lag table
+    assert lag["first"].lag["skipped"] and lag["first"].lag["written"] == []
+    assert "current_lag" in lag["second"].lag["written"]
 
 
 def test_lag_history_uses_the_offset_committed_as_of_each_observation(spark, lag):
