@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import deltalake
@@ -108,16 +110,31 @@ def assert_same(actual: dict[str, list[str]], expected: dict[str, list[str]]) ->
     assert not differ, f"tables that differ from an uninterrupted run (rows killed+re-run, clean): {differ}"
 
 
+@pytest.fixture(scope="module")
+def dead_runs(logs, template: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple]]:
+    """Every point's run, each in its own copy of the template, dying at its point: started two at
+    a time in the background as soon as the template exists, so that their JVMs overlap this
+    process's own runs (the uninterrupted one, the re-runs) instead of waiting for them."""
+    pool = ThreadPoolExecutor(2)
+    runs = {}
+    for point in RUN_POINTS:
+        config = start_from(template, tmp_path_factory.mktemp(point.replace(".", "-")), logs[0])
+        extra = ["--full-refresh"] if point.startswith("silver.refresh") else []
+        runs[point] = (config, pool.submit(run, config, point, None, 0.0, *extra))
+    yield runs
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
 @pytest.mark.parametrize("point", RUN_POINTS)
-def test_killed_at_point_then_rerun(spark, logs, template, expected, tmp_path: Path, point: str) -> None:
-    config = start_from(template, tmp_path, logs[0])
-    extra = ["--full-refresh"] if point.startswith("silver.refresh") else []
-    assert run(config, point, None, 0.0, *extra) == faults.EXIT_CODE, f"the run did not reach {point}"
+def test_killed_at_point_then_rerun(spark, dead_runs, expected, point: str) -> None:
+    config, dead = dead_runs[point]
+    assert dead.result(timeout=1200) == faults.EXIT_CODE, f"the run did not reach {point}"
     run_here(config)
-    assert_same(contents(tmp_path / "lakehouse"), expected)
+    lakehouse = config.parent / "lakehouse"
+    assert_same(contents(lakehouse), expected)
     if point.startswith("gold."):
         # the dead run had marked its partitions in flight: the re-run recomputed them from the start
-        progress = deltalake.DeltaTable(str(tmp_path / "lakehouse" / "gold" / "partition_progress")).to_pyarrow_table()
+        progress = deltalake.DeltaTable(str(lakehouse / "gold" / "partition_progress")).to_pyarrow_table()
         progress = progress.to_pylist()
         assert progress and all(p["in_flight_run"] is None and p["recomputed"] for p in progress)
 
