@@ -136,7 +136,8 @@ def build_lag(
     if admin_sources:
         with result.steps("fetch end offsets"):
             _fetch_admin(spark, tables, run_id, admin_sources, result)
-    elif not lake.any_rows(spark, tables.path("bronze", "end_offsets"), "true"):
+    observed = lake.any_rows(spark, tables.path("bronze", "end_offsets"), "true")
+    if not observed and not admin_sources:
         # no end offset configured or ever observed: nothing to know lag from, so no lag tables to
         # keep in step with current_offsets (a job without lag inputs pays nothing for lag)
         result.skipped = True
@@ -145,7 +146,6 @@ def build_lag(
     for table in KEYS:
         tables.ensure("gold", table)
     versions = {f"{layer}.{t}": lake.version(spark, tables.path(layer, t)) for layer, t in INPUTS}
-    observed = lake.any_rows(spark, tables.path("bronze", "end_offsets"), "true")
     # what each table's rows follow from: without observations lag_history is empty whatever gold holds
     inputs = {
         "current_lag": {k: versions[k] for k in ("bronze.end_offsets", "gold.current_offsets")},
