@@ -17,6 +17,7 @@ __all__ = [
     "SourceNotFound",
     "SourceUnavailable",
     "StageUnavailable",
+    "UnsupportedTable",
 ]
 
 
@@ -63,3 +64,8 @@ class JobRunning(OffsetsLakehouseError, RuntimeError):
     """Another run of the same job holds its lock: nothing to do for this one (exit code 4)."""
 
     exit_code = 4
+
+
+class UnsupportedTable(OffsetsLakehouseError, RuntimeError):
+    """A lakehouse table uses a Delta feature this version cannot read outside Spark, e.g.
+    deletion vectors someone switched on (exit code 1)."""

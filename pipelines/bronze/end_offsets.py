@@ -30,11 +30,11 @@ from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from pipelines.bronze.fs import filesystem
 from pipelines.bronze.kafka_source import TIMEOUT_S, KafkaUnavailable, client_options
 from pipelines.errors import InputError, SourceNotFound
 from pipelines.runtime import lake
 from pipelines.runtime.config import EndOffsetsAdmin, EndOffsetsFile
+from pipelines.runtime.files import filesystem
 
 if TYPE_CHECKING:
     from pipelines.runtime.config import KafkaSource

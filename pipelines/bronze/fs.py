@@ -17,14 +17,14 @@ import fnmatch
 import posixpath
 import re
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 from pyarrow import fs
 
 from pipelines.codec.reader import entry_crc
 from pipelines.codec.segments import PARTITION_DIR, SEGMENT_FILE, parse_offset_index
 from pipelines.errors import SourceNotFound
+from pipelines.runtime.files import filesystem
+from pipelines.runtime.files import normalise as _normalise
 
 
 @dataclass(frozen=True)
@@ -36,30 +36,6 @@ class RemoteSegment:
     is_last: bool
     index_uri: str | None
     mtime_ns: int | None = None  # modification time, when the filesystem reports one
-
-
-def _normalise(uri: str) -> str:
-    if uri.startswith("s3a://"):
-        return "s3://" + uri[len("s3a://") :]
-    if "://" not in uri:
-        return str(Path(uri).resolve())
-    return uri
-
-
-def filesystem(uri: str) -> tuple[Any, str]:
-    """The pyarrow filesystem of ``uri`` and the path on it."""
-    uri = _normalise(uri)
-    if uri.startswith("/"):
-        return fs.LocalFileSystem(), uri
-    scheme, _, rest = uri.partition("://")
-    if scheme == "s3":
-        # the key is taken literally, not parsed as a URI: '?', '#' and '%' are glob or name
-        # characters here (from_uri would read '?' as the start of a query string)
-        bucket, _, key = rest.partition("/")
-        filesys, root = fs.FileSystem.from_uri(f"s3://{bucket}")
-        key = key.rstrip("/")
-        return filesys, f"{root}/{key}" if key else root
-    return fs.FileSystem.from_uri(uri)
 
 
 def _join(uri: str, path: str) -> str:

@@ -7,33 +7,42 @@ One run (docs/gold.md):
    *incremental* (only events after its applied offset), or *full* (no progress yet, late data at
    or below the applied offset, rows silver rewrote or removed, a previous run that died between
    its writes, or ``--full-refresh``): replayed from its start. Nothing new: no job, no commit.
-2. **Replay**: the planned events and the persisted rows of the incremental partitions, co-grouped
-   by partition; each group runs :class:`pipelines.gold.engine.PartitionReplay` in a Spark task and
-   returns the partition's complete current state, the history and generation intervals it
-   closed, and the open ones.
+2. **Replay**, one Spark job without a shuffle: the driver lists, from the Delta log, the data
+   files each partition needs — silver's files of the partition holding rows above its applied
+   offset, and for an incremental partition the files of its persisted gold rows (the current
+   tables, and the files of offset_history and group_generations that hold open intervals) — and
+   each task reads its partitions' files with pyarrow, builds the events
+   (:func:`pipelines.gold.events.partition_events`) and runs
+   :class:`pipelines.gold.engine.PartitionReplay`, which returns the partition's complete current
+   state, the history and generation intervals it closed, and the open ones.
 3. **Write**, after marking the partitions in flight: each current table's rows of the processed
-   partitions are replaced (``replaceWhere``); offset_history and group_generations replace only
-   the partitions' open intervals (and, for a recomputed partition, all of its rows). No MERGE.
+   partitions are replaced (``replaceWhere`` on the partition columns); for offset_history and
+   group_generations, the intervals a run closed and the open ones go to separate files (two
+   commits: closed, then open), so that the next run replaces only files of open intervals —
+   a run's cost follows the current state, not the history. No MERGE.
 4. **Progress** last, carrying the silver versions consumed. A run killed between its writes
    leaves the in-flight mark, and the next run recomputes those partitions from their start.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pipelines.gold.engine import DEFAULT_RETENTION_MS, PartitionInput, PartitionReplay
-from pipelines.gold.events import events_frame
+from pipelines.gold.events import SOURCE_TABLES, partition_events, read_schemas
 from pipelines.gold.lag import build_lag
 from pipelines.gold.plan import PART, Pair, Plan, make_plan, progress_rows
 from pipelines.runtime import faults, lake
 from pipelines.runtime.ddl import arrow_type
+from pipelines.runtime.files import read_parquet
 from pipelines.runtime.lake import partitions_predicate
 from pipelines.runtime.steps import Steps
 from pipelines.runtime.tables import Tables
@@ -78,85 +87,141 @@ class GoldResult:
 
 
 def _payload(tables: Tables, table: str) -> list[Any]:
-    """A gold table's columns in its struct of the replay's state and output (all but the partition)."""
+    """A gold table's columns the replay's state and output hold (all but the partition columns)."""
     return [c for c in tables.spec("gold", table).columns if c.name not in PART]
 
 
-def _struct_ddl(tables: Tables, table: str) -> str:
-    return "struct<" + ",".join(f"`{c.name}`:{c.type}" for c in _payload(tables, table)) + ">"
+def _arrow_schema(columns: list[Any]) -> pa.Schema:
+    return pa.schema([pa.field(c.name, arrow_type(c.type)) for c in columns])
 
 
-# the replay's output: per processed partition and table, its rows as one Arrow IPC stream — a few
-# rows per partition to cache, and each table's write reads only its own (one row per gold row
-# with every table's columns made each write scan all of them)
-OUTPUT_DDL = "cluster string, offsets_partition int, table string, rows bigint, changed boolean, data binary"
+# the replay's output: per processed partition, table and part (interval tables: closed, open), its
+# rows as one Arrow IPC stream — a few rows per partition to keep, and each write reads only its own
+OUTPUT_DDL = (
+    "cluster string, offsets_partition int, table string, part string, rows bigint, changed boolean, data binary"
+)
 PROGRESS_TABLE = "progress"
+ALL, CLOSED, OPEN = "all", "closed", "open"
+TASK_DDL = "cluster string, offsets_partition int, applied bigint, files string"
 
 
-def _arrow_schema(tables: Tables, table: str) -> pa.Schema:
-    return pa.schema([pa.field(c.name, arrow_type(c.type)) for c in tables.spec("gold", table).columns])
+@dataclass(frozen=True)
+class ReplayTask:
+    """What one partition's replay reads: its silver files per source table (rows above ``after``
+    are replayed) and, when it resumes (``applied`` set), its persisted gold rows' files."""
+
+    pair: Pair
+    applied: int | None
+    silver: dict[str, list[str]]
+    gold: dict[str, list[str]]
+    weight: int  # rows in its silver files (statistics): the size the tasks are balanced by
+
+    def row(self) -> tuple[str, int, int | None, str]:
+        return (*self.pair, self.applied, json.dumps({"silver": self.silver, "gold": self.gold}))
 
 
-def _state_frame(spark: SparkSession, tables: Tables, plan: Plan) -> DataFrame:
-    """The persisted rows the incremental partitions resume from, in the output's layout: each
-    current table's rows, the open intervals, and the applied offset."""
-    where = partitions_predicate(plan.incremental)
+def _tasks(spark: SparkSession, tables: Tables, plan: Plan) -> list[ReplayTask]:
+    """The files each planned partition's replay reads, from the Delta logs (one Spark job)."""
+    paths = {("silver", t): tables.path("silver", t) for t in SOURCE_TABLES}
+    if plan.incremental:
+        paths |= {("gold", t): tables.path("gold", t) for t in GOLD_TABLES}
+    found = lake.data_files(spark, {f"{layer}.{t}": p for (layer, t), p in paths.items()}, PART,
+                            ("record_offset", *INTERVALS.values()))  # fmt: skip
+    by_pair: dict[tuple[str, str, str], list[lake.DataFile]] = {}
+    for name, files in found.items():
+        for f in files:
+            by_pair.setdefault((name, str(f.partition[0]), str(f.partition[1])), []).append(f)
+    out = []
+    for pair in plan.pairs:
+        applied = plan.incremental_from.get(pair)
+        after = -1 if applied is None else applied
+        silver, gold, weight = {}, {}, 0
+        for table in SOURCE_TABLES:
+            files = by_pair.get((f"silver.{table}", pair[0], str(pair[1])), [])
+            # files whose statistics show no row above the applied offset are not read
+            keep = [f for f in files if f.maximum["record_offset"] is None or f.maximum["record_offset"] > after]
+            if keep:
+                silver[table] = [f.uri for f in keep]
+                weight += sum(f.rows or 0 for f in keep)
+        if applied is not None:
+            for table in GOLD_TABLES:
+                files = by_pair.get((f"gold.{table}", pair[0], str(pair[1])), [])
+                if table in INTERVALS:  # only files that may hold an open interval (a null end)
+                    end = INTERVALS[table]
+                    files = [f for f in files if f.nulls[end] is None or f.nulls[end] > 0]
+                if files:
+                    gold[table] = [f.uri for f in files]
+        out.append(ReplayTask(pair, applied, silver, gold, weight))
+    return out
 
-    def rows(table: str) -> DataFrame | None:
-        if plan.incremental:
-            return lake.read(spark, tables.path("gold", table), where)
-        # nothing resumes (a first run, a full refresh): no scan, an empty frame of the table's columns
-        return spark.createDataFrame([], tables.spec("gold", table).ddl_columns())
 
-    out = None
-    for table in (*GOLD_TABLES, "progress"):
-        if table == "progress":
-            df = rows("partition_progress")
-            value = F.struct(F.col("applied_offset"), *(F.lit(None).cast("bigint").alias(c) for c in
-                                                        ("events", "log_now", "purged")))  # fmt: skip
-        else:
-            df = rows(table)
+def _task_frame(spark: SparkSession, tasks: list[ReplayTask]) -> DataFrame:
+    """The tasks as a DataFrame whose Spark partitions are balanced bins of them (largest first
+    into the lightest bin): the replay runs per Spark partition, no shuffle."""
+    n = max(1, min(len(tasks), 4 * spark.sparkContext.defaultParallelism))
+    bins: list[list[tuple]] = [[] for _ in range(n)]
+    loads = [0] * n
+    for task in sorted(tasks, key=lambda t: -t.weight):
+        i = loads.index(min(loads))
+        bins[i].append(task.row())
+        loads[i] += task.weight + 1
+    rdd = spark.sparkContext.parallelize(list(enumerate(bins)), n).flatMap(lambda kv: kv[1])
+    return spark.createDataFrame(rdd, TASK_DDL)
+
+
+def _replay_function(
+    run_id: str,
+    retention_ms: int,
+    soft_delete_ms: int | None,
+    sources: dict[str, pa.Schema],
+    state: dict[str, pa.Schema],
+    schemas: dict[str, pa.Schema],
+):
+    """The mapInArrow body run in Spark tasks: per task row (a partition), read its files, replay,
+    and return its output as IPC blobs (:data:`OUTPUT_DDL`)."""
+
+    def one(cluster: str, part: int, applied: int | None, files: dict[str, dict[str, list[str]]]) -> pa.RecordBatch:
+        after = -1 if applied is None else applied
+
+        def silver(table: str) -> pa.Table | None:
+            uris = files["silver"].get(table)
+            if not uris:
+                return None
+            return read_parquet(uris, sources[table], ("record_offset", after), ("timestamp",))
+
+        def persisted(table: str) -> pa.Table | None:
+            uris = files["gold"].get(table)
+            if not uris:
+                return None
+            rows = read_parquet(uris, state[table])
             if table in INTERVALS:
-                df = df.where(F.col(INTERVALS[table]).isNull())
-            value = F.struct(*[F.col(c.name) for c in _payload(tables, table)])
-        cols = [F.lit(None).cast(_struct_ddl(tables, t)).alias(t) for t in GOLD_TABLES]
-        cols.append(F.lit(None).cast(PROGRESS).alias("progress"))
-        names = [*GOLD_TABLES, "progress"]
-        cols[names.index(table)] = value.alias(table)
-        df = df.select(*PART, *cols)  # type: ignore[union-attr]
-        out = df if out is None else out.unionByName(df)
-    return out  # type: ignore[return-value]
+                rows = rows.filter(pc.is_null(rows.column(INTERVALS[table])))
+            return rows
 
-
-def _flatten(state: pa.Table, table: str) -> pa.Table | None:
-    col = state.column(table)
-    rows = state.filter(col.is_valid())
-    if not rows.num_rows:
-        return None
-    return pa.Table.from_struct_array(rows.column(table).combine_chunks())
-
-
-def _replay_function(run_id: str, retention_ms: int, soft_delete_ms: int | None, schemas: dict[str, pa.Schema]):
-    """The co-grouped function run in Spark tasks: Arrow in, Arrow out, one partition a call."""
-
-    def run(events: pa.Table, state: pa.Table) -> pa.Table:
-        first = events if events.num_rows else state
-        cluster, part = first.column("cluster")[0].as_py(), first.column("offsets_partition")[0].as_py()
-        progress = _flatten(state, "progress")
         inp = PartitionInput(
             cluster,
             part,
-            events.sort_by("record_offset"),
-            offsets=_flatten(state, "current_offsets"),
-            pending=_flatten(state, "pending_transactions"),
-            groups=_flatten(state, "current_groups"),
-            history=_flatten(state, "offset_history"),
-            generations=_flatten(state, "group_generations"),
-            members=_flatten(state, "consumer_group_members"),
-            applied_offset=None if progress is None else progress.column("applied_offset")[0].as_py(),
+            partition_events(silver),
+            offsets=persisted("current_offsets"),
+            pending=persisted("pending_transactions"),
+            groups=persisted("current_groups"),
+            history=persisted("offset_history"),
+            generations=persisted("group_generations"),
+            members=persisted(MEMBERS),
+            applied_offset=applied,
         )
         out = PartitionReplay(inp, run_id, retention_ms, soft_delete_ms).run()
-        full = progress is None
+        full = applied is None
+        parts: list[tuple[str, str, pa.Table, bool]] = []
+        for table, schema in schemas.items():
+            rows = _with_partition(out.tables[table], cluster, part, schema)
+            changed = full or out.changed.get(table, True)
+            if table in INTERVALS:
+                open_ = pc.is_null(rows.column(INTERVALS[table]))
+                parts.append((table, CLOSED, rows.filter(pc.invert(open_)), changed))
+                parts.append((table, OPEN, rows.filter(open_), changed))
+            else:
+                parts.append((table, ALL, rows, changed))
         done = pa.table(
             {
                 "applied_offset": pa.array([out.applied_offset], pa.int64()),
@@ -165,20 +230,26 @@ def _replay_function(run_id: str, retention_ms: int, soft_delete_ms: int | None,
                 "purged": pa.array([out.purged], pa.int64()),
             }
         )
-        tables = {t: _with_partition(out.tables[t], cluster, part, schema) for t, schema in schemas.items()}
-        tables[PROGRESS_TABLE] = done
-        n = len(tables)
-        return pa.table(
+        parts.append((PROGRESS_TABLE, ALL, done, True))
+        n = len(parts)
+        return pa.RecordBatch.from_pydict(
             {
                 "cluster": pa.array([cluster] * n, pa.string()),
                 "offsets_partition": pa.array([part] * n, pa.int32()),
-                "table": pa.array(list(tables), pa.string()),
-                "rows": pa.array([t.num_rows for t in tables.values()], pa.int64()),
+                "table": pa.array([p[0] for p in parts], pa.string()),
+                "part": pa.array([p[1] for p in parts], pa.string()),
+                "rows": pa.array([p[2].num_rows for p in parts], pa.int64()),
                 # a recomputed partition is rewritten whole; else only the tables the run changed
-                "changed": pa.array([full or out.changed.get(t, True) for t in tables], pa.bool_()),
-                "data": pa.array([_ipc(t) for t in tables.values()], pa.binary()),
+                "changed": pa.array([p[3] for p in parts], pa.bool_()),
+                "data": pa.array([_ipc(p[2]) for p in parts], pa.binary()),
             }
         )
+
+    def run(batches):  # Iterator[pa.RecordBatch] -> Iterator[pa.RecordBatch]
+        for batch in batches:
+            for task in batch.to_pylist():
+                applied = task["applied"]
+                yield one(task["cluster"], task["offsets_partition"], applied, json.loads(task["files"]))
 
     return run
 
@@ -220,35 +291,64 @@ def _progress_of(out: DataFrame) -> dict[tuple[str, int], dict[str, Any]]:
     return done
 
 
-def _write(spark: SparkSession, tables: Tables, out: DataFrame, plan: Plan, changed: dict[str, list[Pair]]) -> None:
-    """Write each table's rows of the partitions whose rows the run changed (replaceWhere, see the
-    module docstring); a table no partition changed is not written (no commit)."""
-    predicates = {}
-    for table, pairs in changed.items():
+@dataclass(frozen=True)
+class _Write:
+    """One replaceWhere: a table's part (all rows, or an interval table's closed or open ones) of
+    these partitions."""
+
+    table: str
+    part: str
+    pairs: list[Pair]
+    where: str
+
+
+def _writes(plan: Plan, changed: dict[tuple[str, str], list[Pair]], nonempty: dict[tuple[str, str], list[Pair]]):
+    """Per table, its writes in order. A current table replaces the changed partitions. An
+    interval table first writes the intervals the run closed — replacing every row of a
+    recomputed partition, and for a resumed one the rows that end after its applied offset
+    (none, unless a killed run left them) — then the open intervals in place of the open ones."""
+    out: dict[str, list[_Write]] = {}
+    for table in GOLD_TABLES:
         if table not in INTERVALS:
-            predicates[table] = partitions_predicate(pairs)
+            pairs = changed.get((table, ALL), [])
+            if pairs:
+                out[table] = [_Write(table, ALL, pairs, partitions_predicate(pairs))]
             continue
         end = INTERVALS[table]
-        full = [p for p in pairs if p not in plan.incremental_from]
+        full = [p for p in changed.get((table, OPEN), []) if p not in plan.incremental_from]
+        resumed = [p for p in nonempty.get((table, CLOSED), []) if p in plan.incremental_from]
         terms = [f"({partitions_predicate(full)})"] if full else []
-        for pair in sorted(set(pairs) - set(full)):
+        for pair in resumed:
             applied = int(plan.incremental_from[pair])
-            terms.append(f"({partitions_predicate([pair])} AND ({end} IS NULL OR {end} > {applied}))")
-        predicates[table] = " OR ".join(terms)
-    names = topic_names(spark, tables).persist() if changed.get(MEMBERS) else None
+            terms.append(f"({partitions_predicate([pair])} AND {end} > {applied})")
+        writes = []
+        if terms:
+            writes.append(_Write(table, CLOSED, sorted([*full, *resumed]), " OR ".join(terms)))
+        opened = changed.get((table, OPEN), [])
+        if opened:
+            writes.append(_Write(table, OPEN, opened, f"({partitions_predicate(opened)}) AND {end} IS NULL"))
+        if writes:
+            out[table] = writes
+    return out
+
+
+def _write(spark: SparkSession, tables: Tables, out: DataFrame, writes: dict[str, list[_Write]]) -> None:
+    """Run the writes: the tables in parallel, an interval table's two writes in order (both
+    replace rows of the same partitions); a table no partition changed is not written."""
+    names = topic_names(spark, tables).persist() if MEMBERS in writes else None
 
     def write(table: str) -> None:
         ddl = tables.spec("gold", table).ddl_columns()
-        # the replay's tasks each hold whole partitions: one file per partition (a file has a fixed cost)
-        blobs = out.where((F.col("table") == table) & F.col("changed")).select("data")
-        rows = blobs.mapInArrow(_unpack, ddl)
-        if table == MEMBERS and names is not None:
-            rows = fill_topic_names(rows, list(NAMED_ARRAYS), names)
-        lake.replace_where(rows, tables.path("gold", table), predicates[table])
+        for w in writes[table]:
+            pairs = partitions_predicate(w.pairs)
+            blobs = out.where((F.col("table") == table) & (F.col("part") == w.part) & F.col("changed"))
+            rows = blobs.where(pairs).select("data").mapInArrow(_unpack, ddl)
+            if table == MEMBERS and names is not None:
+                rows = fill_topic_names(rows, list(NAMED_ARRAYS), names)
+            lake.replace_where(rows, tables.path("gold", table), w.where)
 
-    todo = [t for t in GOLD_TABLES if changed.get(t)]
     try:
-        lake.first_then_parallel(todo, write, lambda: faults.point("gold.between_merges"))
+        lake.first_then_parallel(list(writes), write, lambda: faults.point("gold.between_merges"))
     finally:
         if names is not None:
             names.unpersist()
@@ -326,15 +426,14 @@ def _replay(
     result.partitions_recomputed = len(plan.full)
     result.partitions_incremental = len(plan.incremental)
     result.recomputed = [f"{c}/{p}: {why}" for (c, p), why in sorted(plan.why.items())]
-    schemas = {t: _arrow_schema(tables, t) for t in GOLD_TABLES}
+    schemas = {t: _arrow_schema(list(tables.spec("gold", t).columns)) for t in GOLD_TABLES}
+    state = {t: _arrow_schema(_payload(tables, t)) for t in GOLD_TABLES}
+    sources = read_schemas(tables.specs["silver"])
     soft_ms = None if soft_delete_retention_days is None else int(soft_delete_retention_days * 86_400_000)
-    events = events_frame(spark, tables, plan.replay_predicate(), plan.replay_from())
-    state = _state_frame(spark, tables, plan)
-    replayed = (
-        events.groupBy(*PART)
-        .cogroup(state.groupBy(*PART))
-        .applyInArrow(_replay_function(run_id, retention_ms, soft_ms, schemas), OUTPUT_DDL)
-    )
+    with result.steps("list files"):
+        tasks = _tasks(spark, tables, plan)
+    replay = _replay_function(run_id, retention_ms, soft_ms, sources, state, schemas)
+    replayed = _task_frame(spark, tasks).mapInArrow(replay, OUTPUT_DDL)
     with result.steps("read events and replay"):
         # a checkpoint, not a cache: the replay read the gold tables it is about to write, and
         # Spark re-computes cached plans over a table written to (each write would replay again,
@@ -342,11 +441,16 @@ def _replay(
         out = replayed.localCheckpoint(eager=True)
     try:
         with result.steps("count"):
-            listing = out.select(*PART, "table", "rows", "changed").collect()
+            listing = out.select(*PART, "table", "part", "rows", "changed").collect()
             rows = {t: sum(r["rows"] for r in listing if r["table"] == t) for t in GOLD_TABLES}
-            changed = {
-                t: sorted((r[0], r[1]) for r in listing if r["table"] == t and r["changed"]) for t in GOLD_TABLES
-            }
+            changed: dict[tuple[str, str], list[Pair]] = {}
+            nonempty: dict[tuple[str, str], list[Pair]] = {}
+            for r in sorted(listing, key=lambda r: (r["cluster"], r["offsets_partition"])):
+                pair = (r["cluster"], r["offsets_partition"])
+                if r["changed"]:
+                    changed.setdefault((r["table"], r["part"]), []).append(pair)
+                    if r["rows"]:
+                        nonempty.setdefault((r["table"], r["part"]), []).append(pair)
             done = _progress_of(out)
         result.events = sum(p["events"] for p in done.values())
         result.purged = sum(p["purged"] for p in done.values())
@@ -358,7 +462,7 @@ def _replay(
         progress_rows(spark, tables, plan, done, run_id, in_flight=True)
         faults.point("gold.before_merge")
         with result.steps("write tables"):
-            _write(spark, tables, out, plan, changed)
+            _write(spark, tables, out, _writes(plan, changed, nonempty))
         if plan.names_changed and plan.progress:  # a first run wrote every member row with today's names
             with result.steps("topic names"):
                 _refresh_names(spark, tables)

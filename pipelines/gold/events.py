@@ -1,21 +1,37 @@
 """The silver rows gold replays, declared once: which table, which rows, which event kind, which
-columns. The event frame (:func:`events_frame`), the scan the plan falls back on
-(:func:`positions_frame`) and the change data feed the plan reads (:data:`SOURCE_TABLES`) all
-follow this declaration, so they always agree on what an event is.
+columns. :func:`partition_events` builds one partition's events from the rows of those tables
+(Arrow, in the replay's task), the plan's fallback scan (:func:`positions_frame`, Spark) and the
+file lists the replay reads (:data:`SOURCE_TABLES`) follow the same declaration, so they always
+agree on what an event is.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from pipelines.gold import engine as E
-from pipelines.runtime import lake
-from pipelines.runtime.tables import Tables
+from pipelines.runtime.ddl import arrow_type
 
-__all__ = ["SOURCES", "SOURCE_TABLES", "Source", "events_frame", "positions_frame"]
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from pipelines.runtime.tables import Tables, TableSpec
+
+__all__ = [
+    "MEMBERS_TABLE",
+    "SOURCES",
+    "SOURCE_TABLES",
+    "Source",
+    "partition_events",
+    "positions_frame",
+    "read_schemas",
+]
 
 PART = ("cluster", "offsets_partition")
 _COMMIT = ("group_id", "topic", "partition", "committed_offset", "leader_epoch", "metadata", "commit_timestamp",
@@ -28,156 +44,219 @@ _MEMBER_8 = ("group_id", "member_id", "member_epoch", "previous_member_epoch", "
 # the fields of a classic member in group_generations.members, from silver.group_members
 _MEMBER_STRUCT = ("member_index", "member_id", "group_instance_id", "client_id", "client_host", "session_timeout_ms",
                   "rebalance_timeout_ms", "subscribed_topics", "assigned_partitions")  # fmt: skip
+# columns every silver record table starts with that an event carries when the table has them
+_ENVELOPE = ("record_offset", "batch_base_offset", "timestamp", "producer_id", "transactional")
+_OPTIONAL = ("record_type", "value_version")
+MEMBERS_TABLE = "group_members"  # the members of classic group records, joined to them by log position
 
 
 @dataclass(frozen=True)
 class Source:
-    """Rows of one silver table as events: ``where`` selects them, ``kind`` (SQL) names each
-    one's event kind, ``columns`` are taken by name, ``exprs`` computed (event column -> SQL over
-    the silver row). Event columns neither names are null. ``record_type`` None: the table's own
-    column. One source per table: each is one scan."""
+    """Rows of one silver table as events.
+
+    ``kind`` is the event kind, or a mapping record type -> kind (tombstones). ``only`` keeps the
+    rows whose column holds one of the values; ``present`` the rows whose (struct) column is not
+    null. ``columns`` are taken by name; ``fields`` map an event column to a silver column or a
+    struct field (``metadata.epoch``). Event columns neither names are null. ``typed``: the table
+    has a ``record_type`` column (transaction markers do not). One source per table: one read."""
 
     table: str
-    kind: str
-    where: str | None = None
+    kind: str | Mapping[int, str]
     columns: tuple[str, ...] = ()
-    exprs: dict[str, str] = field(default_factory=dict)
-    record_type: str | None = None
+    fields: Mapping[str, str] = field(default_factory=dict)
+    only: tuple[str, tuple[int, ...]] | None = None
+    present: str | None = None
+    typed: bool = True
 
+    def read_columns(self) -> list[str]:
+        """The silver columns this source reads, beyond the envelope."""
+        cols = [*self.columns, *(path.split(".")[0] for path in self.fields.values())]
+        if self.only is not None:
+            cols.append(self.only[0])
+        if self.present is not None:
+            cols.append(self.present)
+        return list(dict.fromkeys(cols))
 
-def _kind(name: str) -> str:
-    return f"'{name}'"
+    def sql_filter(self) -> str | None:
+        """``only``/``present`` as a SQL predicate (the Spark scan of :func:`positions_frame`)."""
+        terms = []
+        if self.only is not None:
+            terms.append(f"{self.only[0]} IN ({', '.join(str(v) for v in self.only[1])})")
+        if self.present is not None:
+            terms.append(f"{self.present} IS NOT NULL")
+        return " AND ".join(terms) or None
 
 
 # tombstones of every record type gold replays, by type: offsets, classic groups, the group and
 # target assignment epochs of the new protocols, KIP-848 members
-_TOMBSTONE_KIND = (
-    f"CASE WHEN record_type IN (0, 1) THEN {_kind(E.OFFSET_TOMBSTONE)} "
-    f"WHEN record_type = 2 THEN {_kind(E.GROUP_TOMBSTONE)} "
-    f"WHEN record_type IN (3, 6, 11, 17) THEN {_kind(E.NEW_GROUP_TOMBSTONE)} "
-    f"ELSE {_kind(E.MEMBER_TOMBSTONE)} END"
-)
+_TOMBSTONE_KIND = {
+    0: E.OFFSET_TOMBSTONE,
+    1: E.OFFSET_TOMBSTONE,
+    2: E.GROUP_TOMBSTONE,
+    3: E.NEW_GROUP_TOMBSTONE,
+    6: E.NEW_GROUP_TOMBSTONE,
+    11: E.NEW_GROUP_TOMBSTONE,
+    17: E.NEW_GROUP_TOMBSTONE,
+    5: E.MEMBER_TOMBSTONE,
+    7: E.MEMBER_TOMBSTONE,
+    8: E.MEMBER_TOMBSTONE,
+}
 
 SOURCES = (
-    Source("offset_commits", _kind(E.COMMIT), None, _COMMIT),
+    Source("offset_commits", E.COMMIT, _COMMIT),
     Source(
         "tombstones",
         _TOMBSTONE_KIND,
-        "record_type IN (0, 1, 2, 3, 5, 6, 7, 8, 11, 17)",
         ("group_id", "topic", "partition", "member_id"),
+        only=("record_type", tuple(sorted(_TOMBSTONE_KIND))),
     ),
-    Source("group_metadata", _kind(E.GROUP), None, _CLASSIC, {"assignor": "protocol", "leader": "leader"}),
-    Source("consumer_group_metadata", _kind(E.NEW_GROUP), None, ("group_id",), {"generation": "epoch"}),
-    Source(
-        "consumer_group_target_assignment_metadata",
-        _kind(E.NEW_GROUP),
-        None,
-        ("group_id",),
-        {"generation": "assignment_epoch"},
-    ),
-    Source(
-        "share_group_records",
-        _kind(E.NEW_GROUP),
-        "metadata IS NOT NULL",
-        ("group_id",),
-        {"generation": "metadata.epoch"},
-    ),
-    Source(
-        "streams_group_records",
-        _kind(E.NEW_GROUP),
-        "metadata IS NOT NULL",
-        ("group_id",),
-        {"generation": "metadata.epoch"},
-    ),
-    Source(
-        "transaction_markers", _kind(E.MARKER), "control_type_id IN (0, 1)", ("control_type_id",), record_type="NULL"
-    ),
-    Source("consumer_group_member_metadata", _kind(E.MEMBER), None, _MEMBER_5),
+    Source("group_metadata", E.GROUP, _CLASSIC, {"assignor": "protocol", "leader": "leader"}),
+    Source("consumer_group_metadata", E.NEW_GROUP, ("group_id",), {"generation": "epoch"}),
+    Source("consumer_group_target_assignment_metadata", E.NEW_GROUP, ("group_id",), {"generation": "assignment_epoch"}),
+    Source("share_group_records", E.NEW_GROUP, ("group_id",), {"generation": "metadata.epoch"}, present="metadata"),
+    Source("streams_group_records", E.NEW_GROUP, ("group_id",), {"generation": "metadata.epoch"}, present="metadata"),
+    Source("transaction_markers", E.MARKER, ("control_type_id",), only=("control_type_id", (0, 1)), typed=False),
+    Source("consumer_group_member_metadata", E.MEMBER, _MEMBER_5),
     Source(
         "consumer_group_target_assignment_member",
-        _kind(E.MEMBER),
-        None,
+        E.MEMBER,
         ("group_id", "member_id"),
         {"target_partitions": "topic_partitions"},
     ),
-    Source("consumer_group_current_member_assignment", _kind(E.MEMBER), None, _MEMBER_8),
+    Source("consumer_group_current_member_assignment", E.MEMBER, _MEMBER_8),
 )
 # the silver tables gold reads (group_members: the members of classic group records)
-SOURCE_TABLES = tuple(dict.fromkeys([*(s.table for s in SOURCES), "group_members"]))
-_TYPES = dict(E.EVENT_COLUMNS)
+SOURCE_TABLES = tuple(dict.fromkeys([*(s.table for s in SOURCES), MEMBERS_TABLE]))
+_EVENT_TYPES = {name: arrow_type(ddl) for name, ddl in E.EVENT_COLUMNS}
 
 
-def _rows(spark: SparkSession, tables: Tables, source: Source, where: str) -> DataFrame | None:
-    df = lake.read(spark, tables.path("silver", source.table), where)  # partition columns first: files pruned
-    if df is None or source.where is None:
-        return df
-    return df.where(source.where)
-
-
-def positions_frame(spark: SparkSession, tables: Tables) -> DataFrame | None:
-    """(cluster, offsets_partition, record_offset) of every event: a narrow scan."""
-    frames = [df.select(*PART, "record_offset") for s in SOURCES if (df := _rows(spark, tables, s, "true")) is not None]
-    out = None
-    for f in frames:
-        out = f if out is None else out.unionByName(f)
+# -- what each table is read as -----------------------------------------------------------------------
+def read_schemas(specs: Mapping[str, TableSpec]) -> dict[str, pa.Schema]:
+    """Per source table, the Arrow schema of the columns the events need, in the table's declared
+    types (timestamps as epoch milliseconds): built on the driver, so tasks never read YAML."""
+    out = {}
+    for source in SOURCES:
+        declared = {c.name: c.type for c in specs[source.table].columns}
+        wanted = [c for c in (*_ENVELOPE, *_OPTIONAL) if c in declared] + source.read_columns()
+        out[source.table] = _schema(declared, wanted)
+    declared = {c.name: c.type for c in specs[MEMBERS_TABLE].columns}
+    out[MEMBERS_TABLE] = _schema(declared, ["record_offset", *_MEMBER_STRUCT])
     return out
 
 
-def _members(spark: SparkSession, tables: Tables, where: str, after: DataFrame | None) -> DataFrame | None:
-    """The members of each classic group record, as group_generations.members holds them."""
-    members = lake.read(spark, tables.path("silver", "group_members"), where)
-    if members is None:
-        return None
-    if after is not None:
-        members = _after(members, after)
-    return members.groupBy(*PART, "record_offset").agg(
-        F.array_sort(F.collect_list(F.struct(*_MEMBER_STRUCT))).alias("members")
+def _schema(declared: Mapping[str, str], names: list[str]) -> pa.Schema:
+    return pa.schema(
+        [pa.field(n, pa.int64() if n == "timestamp" else arrow_type(declared[n])) for n in dict.fromkeys(names)]
     )
 
 
-def _after(rows: DataFrame, after: DataFrame) -> DataFrame:
-    """The rows above their partition's offset in ``after`` (cluster, offsets_partition, after)."""
-    return rows.join(F.broadcast(after), list(PART)).where(F.col("record_offset") > F.col("_after")).drop("_after")
-
-
-def events_frame(
-    spark: SparkSession, tables: Tables, where: str = "true", after: list[tuple[str, int, int]] | None = None
-) -> DataFrame:
-    """The events satisfying ``where`` (over cluster, offsets_partition and record_offset) and, when
-    ``after`` is given, above their partition's offset in it (and only of its partitions), one row
-    each in :data:`pipelines.gold.engine.EVENT_COLUMNS`, with the batch each came in (a record from
-    the Kafka source is its own batch)."""
-    marks = None
-    if after is not None:
-        marks = spark.createDataFrame(after, "cluster string, offsets_partition int, _after bigint")
-    members = _members(spark, tables, where, marks)
+# -- one partition's events, in Arrow ---------------------------------------------------------------------
+def partition_events(read: Callable[[str], pa.Table | None]) -> pa.Table:
+    """One partition's events in :data:`pipelines.gold.engine.EVENT_COLUMNS`, ordered by log
+    position. ``read(table)`` returns the partition's rows of a source table that the replay
+    needs (those above the applied offset) in :func:`read_schemas`' columns, or None."""
     parts = []
     for source in SOURCES:
-        df = _rows(spark, tables, source, where)
+        rows = read(source.table)
+        if rows is None or not rows.num_rows:
+            continue
+        rows = _selected(rows, source)
+        if not rows.num_rows:
+            continue
+        members = _members(rows, read(MEMBERS_TABLE)) if source.table == "group_metadata" else None
+        parts.append(_events(rows, source, members))
+    schema = pa.schema([pa.field(n, t) for n, t in _EVENT_TYPES.items()])
+    if not parts:
+        return schema.empty_table()
+    events = pa.concat_tables(parts)
+    return events.take(pc.sort_indices(events.column("record_offset")))
+
+
+def _selected(rows: pa.Table, source: Source) -> pa.Table:
+    if source.only is not None:
+        column, values = source.only
+        rows = rows.filter(
+            pc.fill_null(pc.is_in(rows.column(column), pa.array(values, rows.column(column).type)), False)
+        )
+    if source.present is not None:
+        rows = rows.filter(pc.is_valid(rows.column(source.present)))
+    return rows
+
+
+def _events(rows: pa.Table, source: Source, members: pa.Array | None) -> pa.Table:
+    n = rows.num_rows
+    names = set(rows.column_names)
+    if isinstance(source.kind, str):
+        kind = pa.array([source.kind] * n, pa.string())
+    else:
+        kinds = source.kind  # rows were selected by record type: every one has a kind
+        kind = pa.array([kinds[t] for t in rows.column("record_type").to_pylist()], pa.string())
+    cols: dict[str, pa.Array | pa.ChunkedArray] = {
+        "kind": kind,
+        "record_offset": rows.column("record_offset"),
+        "batch_id": pc.coalesce(rows.column("batch_base_offset"), rows.column("record_offset")),
+        "timestamp_ms": rows.column("timestamp"),
+    }
+    for name in ("producer_id", "transactional", "value_version"):
+        if name in names:
+            cols[name] = rows.column(name)
+    if source.typed:
+        cols["record_type"] = rows.column("record_type")
+    for name in source.columns:
+        cols[name] = rows.column(name)
+    for name, path in source.fields.items():
+        top, *inner = path.split(".")
+        col = rows.column(top)
+        for f in inner:
+            col = pc.struct_field(col, f)
+        cols[name] = col
+    if members is not None:
+        cols["members"] = members
+    arrays = []
+    for name, typ in _EVENT_TYPES.items():
+        col = cols.get(name)
+        arrays.append(pa.nulls(n, typ) if col is None else (col if col.type == typ else col.cast(typ)))
+    return pa.Table.from_arrays(arrays, names=list(_EVENT_TYPES))
+
+
+def _members(groups: pa.Table, members: pa.Table | None) -> pa.Array:
+    """Per group record, its members (ordered by member index) as group_generations keeps them;
+    null for a record without member rows."""
+    typ = _EVENT_TYPES["members"]
+    offsets = groups.column("record_offset").to_numpy(zero_copy_only=False)
+    if members is None or not members.num_rows:
+        return pa.nulls(len(offsets), typ)
+    members = members.sort_by([("record_offset", "ascending"), ("member_index", "ascending")])
+    at = members.column("record_offset").to_numpy(zero_copy_only=False)
+    uniq, first, count = np.unique(at, return_index=True, return_counts=True)
+    i = np.clip(np.searchsorted(uniq, offsets), 0, len(uniq) - 1)
+    found = uniq[i] == offsets
+    if not found.any():
+        return pa.nulls(len(offsets), typ)
+    lengths = np.where(found, count[i], 0)
+    # the member rows of each group record in turn: its first member's index, then the next ones
+    own = lengths[found]
+    before = np.concatenate([[0], np.cumsum(own)[:-1]])
+    take = np.repeat(first[i][found] - before, own) + np.arange(own.sum())
+    struct = pa.StructArray.from_arrays(
+        [members.column(c).combine_chunks().take(pa.array(take, pa.int64())) for c in _MEMBER_STRUCT],
+        names=list(_MEMBER_STRUCT),
+    )
+    bounds = pa.array(np.r_[0, np.cumsum(lengths)], pa.int32())
+    listed = pa.ListArray.from_arrays(bounds, struct, mask=pa.array(~found))
+    return listed.cast(typ)
+
+
+# -- the plan's fallback scan, on Spark -------------------------------------------------------------------
+def positions_frame(spark: SparkSession, tables: Tables) -> DataFrame | None:
+    """(cluster, offsets_partition, record_offset) of every event: a narrow scan."""
+    from pipelines.runtime import lake  # local: Spark is only needed on the driver
+
+    out = None
+    for s in SOURCES:
+        df = lake.read(spark, tables.path("silver", s.table), s.sql_filter())
         if df is None:
             continue
-        if marks is not None:
-            df = _after(df, marks)
-        if source.table == "group_metadata" and members is not None:
-            df = df.join(members, [*PART, "record_offset"], "left")
-        present = set(df.columns)
-        exprs: dict[str, Column] = {
-            "kind": F.expr(source.kind),
-            "batch_id": F.coalesce("batch_base_offset", "record_offset"),
-            "timestamp_ms": F.unix_millis("timestamp"),
-            "record_type": F.expr(source.record_type or "record_type"),
-        }
-        for name in ("record_offset", "producer_id", "transactional", "value_version", "members"):
-            if name in present:
-                exprs[name] = F.col(name)
-        exprs |= {name: F.col(name) for name in source.columns}
-        exprs |= {name: F.expr(sql) for name, sql in source.exprs.items()}
-        cols = [(exprs.get(name, F.lit(None))).cast(ddl).alias(name) for name, ddl in E.EVENT_COLUMNS]
-        parts.append(df.select(*PART, *cols))
-    if not parts:
-        ddl = ", ".join(f"{n} {t}" for n, t in [("cluster", "string"), ("offsets_partition", "int"), *E.EVENT_COLUMNS])
-        return spark.createDataFrame([], ddl)
-    out = parts[0]
-    for p in parts[1:]:
-        out = out.unionByName(p)
+        df = df.select(*PART, "record_offset")
+        out = df if out is None else out.unionByName(df)
     return out

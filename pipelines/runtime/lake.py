@@ -16,7 +16,9 @@ import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 from delta.tables import DeltaTable
 from py4j.protocol import Py4JError
@@ -25,8 +27,11 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 from pyspark.util import inheritable_thread_target
 
+from pipelines.errors import UnsupportedTable
+
 __all__ = [
     "METADATA_CONF",
+    "DataFile",
     "any_rows",
     "append",
     "append_counted",
@@ -34,6 +39,7 @@ __all__ = [
     "commit_empty",
     "commit_info",
     "commit_metadata",
+    "data_files",
     "drop",
     "exists",
     "file_ranges",
@@ -182,6 +188,83 @@ def file_ranges(
     stats = [F.get_json_object("stats", f"$.{side}.{column}").cast("long") for side in ("minValues", "maxValues")]
     parts = [F.col("partitionValues").getItem(c) for c in partition_columns]
     return [(tuple(r[: len(parts)]), r[-2], r[-1]) for r in files.select(*parts, *stats).collect()]
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """A data file of a table's current version, from its Delta log: where it is, its partition
+    values (as the log writes them: strings, None for null) and its statistics for the columns
+    asked for (None where the writer kept none)."""
+
+    uri: str
+    partition: tuple[str | None, ...]
+    rows: int | None
+    minimum: dict[str, Any]
+    maximum: dict[str, Any]
+    nulls: dict[str, int | None]
+
+
+def data_files(
+    spark: SparkSession, paths: Mapping[str, str], partition_columns: Sequence[str], stats: Sequence[str] = ()
+) -> dict[str, list[DataFile]]:
+    """The data files of each table (name -> path; a name without a table maps to ``[]``), in one
+    Spark job over the snapshots' file lists: what a reader outside Spark (a Python task reading
+    its partition's files with pyarrow, :mod:`pipelines.runtime.files`) must read to see exactly
+    the current version.
+
+    Refuses a table with deletion vectors (:class:`~pipelines.errors.UnsupportedTable`): its
+    files hold rows the version deleted, which a Parquet reader would see. This project never
+    enables them (docs/performance.md); a table someone altered must be switched back."""
+    out: dict[str, list[DataFile]] = {name: [] for name in paths}
+    frames = []
+    for name, path in paths.items():
+        if not exists(spark, path):
+            continue
+        files = DataFrame(_snapshot(spark, path).allFiles().toDF(), spark)
+        dv = F.col("deletionVector").isNotNull() if "deletionVector" in files.columns else F.lit(False)
+        frames.append(
+            files.select(
+                F.lit(name).alias("_table"),
+                F.lit(path.rstrip("/")).alias("_root"),
+                "path",
+                *[F.col("partitionValues").getItem(c).alias(f"_p{i}") for i, c in enumerate(partition_columns)],
+                "stats",
+                dv.alias("_dv"),
+            )
+        )
+    if not frames:
+        return out
+    union = frames[0]
+    for f in frames[1:]:
+        union = union.unionByName(f)
+    n = len(partition_columns)
+    for r in union.collect():
+        if r["_dv"]:
+            raise UnsupportedTable(
+                f"{r['_root']} has deletion vectors, which this version does not read: "
+                "set TBLPROPERTIES ('delta.enableDeletionVectors' = false) and run REORG TABLE ... APPLY (PURGE)"
+            )
+        st = json.loads(r["stats"]) if r["stats"] else {}
+        low, high, nulls = st.get("minValues", {}), st.get("maxValues", {}), st.get("nullCount", {})
+        out[r["_table"]].append(
+            DataFile(
+                uri=_file_uri(r["_root"], r["path"]),
+                partition=tuple(r[f"_p{i}"] for i in range(n)),
+                rows=st.get("numRecords"),
+                minimum={c: low.get(c) for c in stats},
+                maximum={c: high.get(c) for c in stats},
+                nulls={c: nulls.get(c) for c in stats},
+            )
+        )
+    return out
+
+
+def _file_uri(root: str, path: str) -> str:
+    """A data file's location: the log's ``path`` is a URI-encoded path relative to the table
+    (absolute only for a shallow clone's files)."""
+    if "://" in path or path.startswith("file:"):
+        return unquote(path)
+    return f"{root}/{unquote(path)}"
 
 
 def version(spark: SparkSession, path: str) -> int | None:

@@ -1,0 +1,100 @@
+"""Files on local disks or object stores through ``pyarrow.fs``, and Parquet data files read as Arrow.
+
+No Spark: this is what Python workers use to read what they need themselves — bronze's segment
+files (Spark's Python data sources have no Hadoop filesystem) and the data files of a Delta
+table's snapshot that gold replays (the file list comes from the Delta log on the driver,
+:func:`pipelines.runtime.lake.data_files`; reading a partition's files in its task needs no
+shuffle and no row conversion in the JVM).
+
+Local paths, ``file://`` and ``s3://`` URIs (``s3a://``, Spark's spelling, is accepted as an
+alias). S3 credentials and endpoint come from the usual environment (``AWS_ACCESS_KEY_ID``,
+``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``, ``AWS_ENDPOINT_URL`` for S3-compatible stores).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyarrow import fs
+
+__all__ = ["filesystem", "normalise", "read_parquet"]
+
+
+def normalise(uri: str) -> str:
+    """``s3a://`` as ``s3://``, a local path absolute; other URIs (``file:``, ``s3://``) as they are."""
+    if uri.startswith("s3a://"):
+        return "s3://" + uri[len("s3a://") :]
+    if "://" not in uri and not uri.startswith("file:"):
+        return str(Path(uri).resolve())
+    return uri
+
+
+def filesystem(uri: str) -> tuple[Any, str]:
+    """The pyarrow filesystem of ``uri`` and the path on it."""
+    uri = normalise(uri)
+    if uri.startswith("/"):
+        return fs.LocalFileSystem(), uri
+    scheme, _, rest = uri.partition("://")
+    if scheme == "s3":
+        # the key is taken literally, not parsed as a URI: '?', '#' and '%' are glob or name
+        # characters here (from_uri would read '?' as the start of a query string)
+        bucket, _, key = rest.partition("/")
+        filesys, root = fs.FileSystem.from_uri(f"s3://{bucket}")
+        key = key.rstrip("/")
+        return filesys, f"{root}/{key}" if key else root
+    return fs.FileSystem.from_uri(uri)
+
+
+def _floor_ms(column: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """A timestamp column as epoch milliseconds, rounded down like Spark's ``unix_millis``."""
+    unit = column.type.unit
+    raw = pc.cast(column, pa.int64())
+    per_ms = {"s": None, "ms": 1, "us": 1_000, "ns": 1_000_000}[unit]
+    if per_ms is None:
+        return pc.multiply(raw, 1_000)
+    if per_ms == 1:
+        return raw
+    # floor division: Arrow's divide truncates toward zero, so step pre-1970 values down first
+    shifted = pc.if_else(pc.less(raw, 0), pc.subtract(raw, per_ms - 1), raw)
+    return pc.divide(shifted, per_ms)
+
+
+def read_parquet(
+    uris: Sequence[str],
+    schema: pa.Schema,
+    after: tuple[str, int] | None = None,
+    timestamps_as_ms: Sequence[str] = (),
+) -> pa.Table:
+    """The rows of these Parquet files in ``schema``'s columns and types (a column a file lacks —
+    an older file of a table that gained columns — is null), optionally only those whose integer
+    column ``after[0]`` is greater than ``after[1]``. Columns named in ``timestamps_as_ms`` are read
+    as timestamps and returned as epoch milliseconds (int64), whatever unit the file stores
+    (Spark writes INT96, read as nanoseconds)."""
+    parts = []
+    for uri in uris:
+        filesys, path = filesystem(uri)
+        with filesys.open_input_file(path) as fh:
+            pf = pq.ParquetFile(fh)
+            present = set(pf.schema_arrow.names)
+            table = pf.read(columns=[n for n in schema.names if n in present])
+        if after is not None and table.num_rows:
+            column, low = after
+            table = table.filter(pc.greater(table.column(column), low))
+        cols = []
+        for field in schema:
+            if field.name not in present:
+                cols.append(pa.nulls(table.num_rows, field.type))
+                continue
+            col = table.column(field.name)
+            if field.name in timestamps_as_ms and pa.types.is_timestamp(col.type):
+                col = _floor_ms(col)
+            cols.append(col if col.type == field.type else col.cast(field.type))
+        parts.append(pa.Table.from_arrays(cols, schema=schema))
+    if not parts:
+        return schema.empty_table()
+    return pa.concat_tables(parts) if len(parts) > 1 else parts[0]
