@@ -99,7 +99,7 @@ def compare(spark, tables: Tables) -> list[dict]:
     spark.udtf.register("silver_decode_bench", Decode)
     bronze.createOrReplaceTempView("_bench_bronze")
     jobs = {
-        "mapInArrow": lambda: decode_frame(bronze, plan),
+        "mapInArrow": lambda: decode_frame(bronze, plan).counts["_rows"],
         "Arrow Python UDF": lambda: bronze.select(arrow_udf("key", "value", "control").alias("d")),
         "Arrow Python UDTF": lambda: spark.sql(
             "SELECT d.* FROM _bench_bronze, LATERAL silver_decode_bench(key, value, control) d"
@@ -108,7 +108,8 @@ def compare(spark, tables: Tables) -> list[dict]:
     out = []
     for name, frame in jobs.items():
         t = time.perf_counter()
-        n = frame().count()
+        got = frame()
+        n = got if isinstance(got, int) else got.count()
         out.append({"run": f"decode only: {name}", "records": n, "seconds": round(time.perf_counter() - t, 1)})
     return out
 

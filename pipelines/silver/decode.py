@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -116,10 +116,12 @@ DECODER_FORMAT = "silver1"  # bump when the mapping of decoded fields to columns
 
 @dataclass(frozen=True)
 class DecodePlan:
-    """Everything an executor needs to decode: the wide Arrow schema and the decoder version."""
+    """Everything an executor needs to decode: the wide Arrow schema, the decoder version, and each
+    table's declared columns with their Arrow types (the rows a task hands to each table's write)."""
 
     schema: pa.Schema
     decoder_version: str
+    tables: dict[str, pa.Schema] = field(default_factory=dict)
 
     def struct(self, table: str) -> pa.StructType:
         return self.schema.field(table).type
@@ -144,7 +146,11 @@ def build_plan(decoder_version_text: str | None = None) -> DecodePlan:
             member = pa.struct([pa.field(c.name, arrow_type(c.type)) for c in payload_columns(specs, MEMBER_TABLE)])
             sub.append(pa.field(MEMBERS, pa.list_(pa.field("element", member))))
         fields.append(pa.field(table, pa.struct(sub)))
-    return DecodePlan(pa.schema(fields), decoder_version_text or decoder_version())
+    tables = {
+        name: pa.schema([pa.field(c.name, arrow_type(c.type)) for c in specs[name].columns])
+        for name in (*RECORD_TABLES, MEMBER_TABLE, "version_inventory", "topic_ids")
+    }
+    return DecodePlan(pa.schema(fields), decoder_version_text or decoder_version(), tables)
 
 
 def decoder_version() -> str:

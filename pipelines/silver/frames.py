@@ -1,67 +1,138 @@
-"""Decoding on Spark: bronze-shaped rows to wide decoded rows (one per record), and the rows of each table."""
+"""Decoding on Spark: bronze-shaped rows decoded once into what each silver table receives.
+
+:func:`decode_frame` runs :func:`pipelines.silver.split.decode_blobs` in Spark tasks and keeps its
+output — per bronze batch and table, that table's rows as an Arrow IPC stream — in a local
+checkpoint (:class:`Decoded`). Each table's write then reads only its own blobs and converts
+them to Spark rows in exactly its columns; the run's counts, version census and topic ids come
+from the same pass, without scanning the decoded rows again.
+"""
 
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import from_arrow_schema
 
 from pipelines.silver.contract import KEY, MEMBER_TABLE, RECORD_TABLES
-from pipelines.silver.decode import ENVELOPE_COLUMNS, INPUT_COLUMNS, MEMBERS, DecodePlan, decode_batches
+from pipelines.silver.decode import INPUT_COLUMNS, DecodePlan
+from pipelines.silver.split import BLOB_DDL, INVENTORY, RESOLVABLE, TOPIC_IDS, decode_blobs, unpack
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
     from pipelines.runtime.tables import Tables
 
+# bronze rows per Arrow batch handed to the decoder: the columnar decoder has a fixed cost per
+# (record type, version) and call, so larger batches decode faster (docs/performance.md)
+DECODE_BATCH_ROWS = 50_000
 
-# -- decoding on Spark ---------------------------------------------------------------------------------
-def wide_schema(plan: DecodePlan):
-    return from_arrow_schema(plan.schema)
+
+@dataclass
+class Decoded:
+    """The decoded rows of one silver run, checkpointed: per table, Arrow IPC blobs."""
+
+    spark: SparkSession
+    blobs: DataFrame
+    counts: dict[str, Any] = field(default_factory=dict)
+    inventory: pa.Table | None = None  # the census of the decoded bronze rows (version_inventory columns)
+    topics: pa.Table | None = None  # (cluster, topic_id, topic_name, first_seen) the rows carry
+
+    def table(self, tables: Tables, name: str) -> DataFrame:
+        """The rows of one silver table, in its declared columns."""
+        ddl = tables.spec("silver", name).ddl_columns()
+        return self.blobs.where(F.col("table") == name).select("data").mapInArrow(unpack, ddl)
+
+    def inventory_frame(self) -> DataFrame:
+        return self.spark.createDataFrame(self.inventory)  # type: ignore[arg-type]
+
+    def topic_pairs(self) -> DataFrame:
+        """The topic id pairs of these rows, each with its earliest record time."""
+        pairs = self.topics
+        if pairs is not None and pairs.num_rows:
+            pairs = pairs.group_by(["cluster", "topic_id", "topic_name"], use_threads=False).aggregate(
+                [("first_seen", "min")]
+            )
+            pairs = pairs.rename_columns(["cluster", "topic_id", "topic_name", "first_seen"])
+        return self.spark.createDataFrame(pairs)  # type: ignore[arg-type]
+
+    def released_keys(self, tables: Tables) -> DataFrame:
+        """(cluster, offsets_partition, record_offset, _released) of every decoded row: released
+        unless it landed in the quarantine (redecode)."""
+        out = None
+        for name in RECORD_TABLES:
+            if not self.counts.get(name):
+                continue
+            keys = self.table(tables, name).select(*KEY, F.lit(name != "quarantine").alias("_released"))
+            out = keys if out is None else out.unionByName(keys)
+        if out is None:
+            return self.spark.createDataFrame([], "cluster string, offsets_partition int, record_offset bigint, "
+                                              "_released boolean")  # fmt: skip
+        return out
+
+    def unpersist(self) -> None:
+        self.blobs.unpersist()
 
 
-def decode_frame(rows: DataFrame, plan: DecodePlan) -> DataFrame:
-    """Bronze-shaped rows -> wide decoded rows (one per input row), decoded in Spark tasks."""
+def decode_frame(rows: DataFrame, plan: DecodePlan) -> Decoded:
+    """Decode bronze-shaped rows in Spark tasks, once: the blobs checkpointed, their counts read."""
+    spark = rows.sparkSession
     present = [c for c in INPUT_COLUMNS if c in rows.columns]
-    return rows.select(*present).mapInArrow(functools.partial(decode_batches, plan=plan), wide_schema(plan))
-
-
-def table_frame(wide: DataFrame, tables: Tables, table: str) -> DataFrame:
-    """The rows of one silver table from the wide decoded rows, in the declared column order."""
-    columns = [c.name for c in tables.spec("silver", table).columns]
-    if table == MEMBER_TABLE:
-        exploded = wide.where(F.col("group_metadata").isNotNull()).select(
-            *ENVELOPE_COLUMNS, F.explode(f"group_metadata.{MEMBERS}").alias("_m")
+    conf = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    before = spark.conf.get(conf, None)
+    spark.conf.set(conf, str(DECODE_BATCH_ROWS))
+    try:
+        blobs = (
+            rows.select(*present)
+            .mapInArrow(functools.partial(decode_blobs, plan=plan), BLOB_DDL)
+            .localCheckpoint(eager=True)
         )
-        return exploded.select(*ENVELOPE_COLUMNS, "_m.*").select(*columns)
-    return wide.where(F.col(table).isNotNull()).select(*ENVELOPE_COLUMNS, f"{table}.*").select(*columns)
+    finally:
+        if before is None:
+            spark.conf.unset(conf)
+        else:
+            spark.conf.set(conf, before)
+    decoded = Decoded(spark, blobs)
+    listing = blobs.select("table", "rows").collect()
+    counts: dict[str, Any] = {t: 0 for t in (*RECORD_TABLES, MEMBER_TABLE)}
+    for r in listing:
+        counts[r["table"]] = counts.get(r["table"], 0) + r["rows"]
+    small = blobs.where(F.col("table").isin(INVENTORY, TOPIC_IDS)).select("table", "data").collect()
+    inventory = [pa.ipc.open_stream(r["data"]).read_all() for r in small if r["table"] == INVENTORY]
+    topics = [pa.ipc.open_stream(r["data"]).read_all() for r in small if r["table"] == TOPIC_IDS]
+    decoded.inventory = _combined(inventory, plan.tables["version_inventory"])
+    decoded.topics = pa.concat_tables(topics) if topics else plan.tables["topic_ids"].empty_table()
+    inv = decoded.inventory
+    counts["_rows"] = int(pc.sum(inv.column("records")).as_py() or 0) if inv.num_rows else 0
+    counts["_pairs"] = sorted(set(zip(inv.column("cluster").to_pylist(), inv.column("offsets_partition").to_pylist(),
+                                      strict=True)))  # fmt: skip
+    counts["_topic_carriers"] = decoded.topics.num_rows
+    counts["_topic_ids_to_resolve"] = counts.pop(RESOLVABLE, 0)
+    decoded.counts = counts
+    return decoded
 
 
-def decoded_counts(wide: DataFrame) -> dict[str, Any]:
-    """Rows per table, topic-id counters and the touched (cluster, offsets_partition) pairs: one job."""
-    aggs = [F.count(F.col(t)).alias(t) for t in RECORD_TABLES]
-    aggs.append(F.coalesce(F.sum(F.size(f"group_metadata.{MEMBERS}")), F.lit(0)).alias(MEMBER_TABLE))
-    aggs.append(F.count(F.lit(1)).alias("_rows"))
-    # records that carry topic id -> name pairs, and records with topic ids to resolve
-    carriers = [
-        "offset_commits.topic_id",
-        "consumer_group_partition_metadata",
-        "share_group_records.partition_metadata",
-        "share_group_records.state_partition_metadata",
-        "streams_group_records.partition_metadata",
-    ]
-    aggs.append(sum((F.count(F.col(c)) for c in carriers), F.lit(0)).alias("_topic_carriers"))
-    resolvable = ["consumer_group_target_assignment_member", "consumer_group_current_member_assignment"]
-    resolvable += ["share_group_records.target_assignment_member", "share_group_records.current_member_assignment"]
-    aggs.append(sum((F.count(F.col(c)) for c in resolvable), F.lit(0)).alias("_topic_ids_to_resolve"))
-    rows = wide.groupBy(*KEY[:2]).agg(*aggs).collect()
-    totals: dict[str, Any] = {k: 0 for k in (*RECORD_TABLES, MEMBER_TABLE, "_rows", "_topic_carriers")}
-    totals["_topic_ids_to_resolve"] = 0
-    for r in rows:
-        for k, v in r.asDict().items():
-            if k not in KEY[:2]:
-                totals[k] += int(v or 0)
-    totals["_pairs"] = sorted((r["cluster"], r["offsets_partition"]) for r in rows)
-    return totals
+def _combined(parts: list[pa.Table], schema: pa.Schema) -> pa.Table:
+    """Census rows of several batches as one census: counts added, first and last seen widened."""
+    if not parts:
+        return schema.empty_table()
+    rows = pa.concat_tables(parts)
+    keys = [f.name for f in schema if f.name not in _CENSUS_AGGREGATES]
+    grouped = rows.group_by(keys, use_threads=False).aggregate(
+        [(column, how) for column, how in _CENSUS_AGGREGATES.items()]
+    )
+    cols = [grouped.column(f.name if f.name in keys else f"{f.name}_{_CENSUS_AGGREGATES[f.name]}").cast(f.type)
+            for f in schema]  # fmt: skip
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
+_CENSUS_AGGREGATES = {
+    "records": "sum",
+    "first_offset": "min",
+    "last_offset": "max",
+    "first_timestamp": "min",
+    "last_timestamp": "max",
+}

@@ -32,14 +32,13 @@ import logging
 from typing import TYPE_CHECKING
 
 from py4j.protocol import Py4JJavaError
-from pyspark import StorageLevel
 from pyspark.errors import AnalysisException
 
 from pipelines.runtime import faults, lake
-from pipelines.silver.contract import BRONZE, DATA_TABLES, KEY, SilverResult
+from pipelines.silver.contract import BRONZE, DATA_TABLES, SilverResult
 from pipelines.silver.decode import build_plan
-from pipelines.silver.frames import decode_frame, decoded_counts
-from pipelines.silver.inventory import add_to_inventory, update_inventory
+from pipelines.silver.frames import Decoded, decode_frame
+from pipelines.silver.inventory import add_to_inventory, replace_inventory, update_inventory
 from pipelines.silver.progress import finish, progress_state, write_progress
 from pipelines.silver.topics import named_rows_in, resolve_topic_names, update_topic_ids
 from pipelines.silver.write import insert_tables, refresh_tables
@@ -90,31 +89,26 @@ def run_silver(spark: SparkSession, tables: Tables, run_id: str, full_refresh: b
             finish(spark, tables, run_id, result, plan, latest)
         return result
 
-    wide, counts, inserts = None, None, None
+    decoded: Decoded | None = None
+    inserts = None
     if not full and watermark is not None:
         try:
             inserts = lake.changes(spark, bronze_path, watermark + 1, latest).where("_change_type = 'insert'")
-            wide = decode_frame(inserts, plan)
-            wide = wide.persist(StorageLevel.MEMORY_AND_DISK)
             with result.steps("read and decode"):
-                counts = decoded_counts(wide)
+                decoded = decode_frame(inserts, plan)
         except FEED_ERRORS as exc:  # feed switched on later, files vacuumed: read the snapshot
             log.warning("silver: change data feed unavailable for bronze %d..%d: %s", watermark + 1, latest, exc)
-            if wide is not None:
-                wide.unpersist()
-            wide = None
+            decoded = None
             if not _ensure_bronze_cdf(spark, tables, result):
                 latest = lake.version(spark, bronze_path)  # switching it on was a bronze commit (no rows)
                 result.bronze_version = latest
-    if wide is None:
+    if decoded is None:
         if not full:
             result.mode = "snapshot"
-        source = lake.read_at(spark, bronze_path, latest)
-        wide = decode_frame(source, plan).persist(StorageLevel.MEMORY_AND_DISK)
+        with result.steps("read and decode"):
+            decoded = decode_frame(lake.read_at(spark, bronze_path, latest), plan)
     try:
-        if counts is None:
-            with result.steps("read and decode"):
-                counts = decoded_counts(wide)
+        counts = decoded.counts
         result.bronze_rows = counts["_rows"]
         result.rows = {t: counts[t] for t in DATA_TABLES}
         result.quarantined = counts["quarantine"]
@@ -123,12 +117,12 @@ def run_silver(spark: SparkSession, tables: Tables, run_id: str, full_refresh: b
             pending_summary = {"decoder_version": plan.decoder_version}
             write_progress(spark, tables, run_id, "refresh_pending", None, 0, pending_summary)
             with result.steps("topic ids"):
-                update_topic_ids(spark, tables, wide, overwrite=True)
+                update_topic_ids(spark, tables, decoded, overwrite=True)
             with result.steps("write tables"):
-                refresh_tables(spark, tables, wide, result)
+                refresh_tables(spark, tables, decoded, result)
             faults.point("silver.before_derived")
-            with result.steps("inventory"):
-                update_inventory(spark, tables, latest, None)
+            with result.steps("inventory"):  # the census of the whole snapshot, made while decoding it
+                replace_inventory(spark, tables, decoded.inventory_frame())
         else:
             # the intent row: a run killed from here on makes the next run MERGE instead of append
             write_progress(spark, tables, run_id, "started", latest, result.bronze_rows, {"from": watermark})
@@ -138,9 +132,9 @@ def run_silver(spark: SparkSession, tables: Tables, run_id: str, full_refresh: b
             pairs = counts["_pairs"]
             ids_before = lake.version(spark, tables.path("silver", "topic_ids"))
             with result.steps("topic ids"):
-                learnt = update_topic_ids(spark, tables, wide) if counts["_topic_carriers"] else set()
+                learnt = update_topic_ids(spark, tables, decoded) if counts["_topic_carriers"] else set()
             with result.steps("write tables"):
-                insert_tables(spark, tables, wide, pairs, result, counts["_topic_ids_to_resolve"] > 0, append)
+                insert_tables(spark, tables, decoded, pairs, result, counts["_topic_ids_to_resolve"] > 0, append)
             faults.point("silver.before_derived")
             # rows written before this run may name topics learnt since: by a killed run (all
             # clusters), or by this one (the clusters that learnt ids and hold such rows)
@@ -151,13 +145,14 @@ def run_silver(spark: SparkSession, tables: Tables, run_id: str, full_refresh: b
                     result.topic_names_resolved = resolve_topic_names(spark, tables, learnt)
             with result.steps("inventory"):
                 if append and inserts is not None:  # rows silver never counted: add them to their partitions' census
-                    quarantined = wide.where("quarantine IS NOT NULL").select(*KEY)
-                    add_to_inventory(spark, tables, inserts, quarantined, pairs, latest)
+                    add_to_inventory(spark, tables, decoded.inventory_frame(), pairs, latest)
+                elif last is None:  # the first run decoded all of bronze, and nothing was quarantined before
+                    replace_inventory(spark, tables, decoded.inventory_frame())
                 else:
                     changed = True if sum(result.inserted.values()) else None
                     update_inventory(spark, tables, latest, pairs, changed=changed)
     finally:
-        wide.unpersist()
+        decoded.unpersist()
     faults.point("silver.before_watermark")
     with result.steps("watermark"):
         finish(spark, tables, run_id, result, plan, latest)

@@ -94,17 +94,24 @@ def update_inventory(
     )
 
 
+def replace_inventory(spark: SparkSession, tables: Tables, fresh: DataFrame) -> None:
+    """The inventory is ``fresh``, the census of every record silver processed (a first run, a full
+    refresh: the run decoded the whole bronze snapshot, so its census is the inventory)."""
+    tables.ensure("silver", "version_inventory")
+    columns = [c.name for c in tables.spec("silver", "version_inventory").columns]
+    lake.replace_where(fresh.select(*columns), tables.path("silver", "version_inventory"))
+
+
 def add_to_inventory(
     spark: SparkSession,
     tables: Tables,
-    new_rows: DataFrame,
-    quarantined: DataFrame,
+    fresh: DataFrame,
     pairs: list[tuple[str, int]],
     bronze_version: int,
 ) -> None:
-    """Count rows silver has never counted (an appending run's bronze rows) into the inventory of
-    their partitions: the stored counts plus theirs, first and last seen widened. Work follows the
-    new rows and the inventory's size, not the log's."""
+    """Count rows silver has never counted (an appending run's rows; ``fresh``: their census, made
+    while they were decoded) into the inventory of their partitions: the stored counts plus theirs,
+    first and last seen widened. Work follows the new rows and the inventory's size, not the log's."""
     if not pairs:
         return
     if not table_exists(spark, tables, "version_inventory"):
@@ -114,7 +121,7 @@ def add_to_inventory(
     columns = [c.name for c in tables.spec("silver", "version_inventory").columns]
     stored = read_table(spark, tables, "version_inventory").where(where)  # type: ignore[union-attr]
     combined = (
-        stored.unionByName(census(new_rows, quarantined).select(*columns))
+        stored.unionByName(fresh.select(*columns))
         .groupBy(*INVENTORY_KEY)
         .agg(
             F.sum("records").alias("records"),

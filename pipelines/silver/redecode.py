@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pyspark import StorageLevel
 from pyspark.sql import functions as F
 
 from pipelines.runtime import faults, lake
 from pipelines.runtime.lake import key_condition
 from pipelines.silver.contract import DATA_TABLES, KEY, QUALITY_REASON, SilverResult
 from pipelines.silver.decode import QUARANTINE_BRONZE, build_plan
-from pipelines.silver.frames import decode_frame, decoded_counts, table_frame
+from pipelines.silver.frames import decode_frame
 from pipelines.silver.inventory import update_inventory
 from pipelines.silver.progress import finish, last_progress
 from pipelines.silver.store import read_table
@@ -44,10 +43,10 @@ def redecode_quarantine(spark: SparkSession, tables: Tables, run_id: str) -> Sil
     result.bronze_version = progress["bronze_version"]
     rows = quarantine.select(*[F.col(col).alias(src) for col, src in QUARANTINE_BRONZE])
     plan = build_plan()
-    wide = decode_frame(rows, plan).persist(StorageLevel.MEMORY_AND_DISK)
+    decoded = decode_frame(rows, plan)
     changed = False
     try:
-        counts = decoded_counts(wide)
+        counts = decoded.counts
         result.bronze_rows = counts["_rows"]
         if not result.bronze_rows:
             return result
@@ -55,15 +54,15 @@ def redecode_quarantine(spark: SparkSession, tables: Tables, run_id: str) -> Sil
         result.quarantined = counts["quarantine"]
         result.released = result.bronze_rows - result.quarantined
         pairs = counts["_pairs"]
-        learnt = update_topic_ids(spark, tables, wide) if counts["_topic_carriers"] else set()
+        learnt = update_topic_ids(spark, tables, decoded) if counts["_topic_carriers"] else set()
         names = topic_names(spark, tables)
         for table in DATA_TABLES:
             if table != "quarantine" and result.rows.get(table):
-                frame = with_topic_names(table_frame(wide, tables, table), table, names)
+                frame = with_topic_names(decoded.table(tables, table), table, names)
                 result.inserted[table] = merge_insert(spark, tables, table, frame, pairs)
         faults.point("silver.redecode_before_quarantine")
-        still = table_frame(wide, tables, "quarantine")
-        decided = wide.select(*KEY, F.col("quarantine").isNull().alias("_released"))
+        still = decoded.table(tables, "quarantine")
+        decided = decoded.released_keys(tables)
         source = decided.join(still, list(KEY), "left")
         columns = [c.name for c in tables.spec("silver", "quarantine").columns]
         differs = " OR ".join(f"NOT (t.{c} <=> s.{c})" for c in columns if c not in KEY)
@@ -84,7 +83,7 @@ def redecode_quarantine(spark: SparkSession, tables: Tables, run_id: str) -> Sil
             result.topic_names_resolved = resolve_topic_names(spark, tables, learnt)
         update_inventory(spark, tables, result.bronze_version, pairs)
     finally:
-        wide.unpersist()
+        decoded.unpersist()
     if changed or sum(result.inserted.values()):
         finish(spark, tables, run_id, result, plan, result.bronze_version)
     return result

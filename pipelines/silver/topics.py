@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from pipelines.runtime.tables import Tables
+    from pipelines.silver.frames import Decoded
 
 
 # array<struct<topic_id, topic, ...>> columns whose `topic` is resolved from silver.topic_ids:
@@ -30,53 +31,16 @@ TOPIC_ARRAYS = (
 
 
 # -- topic ids ------------------------------------------------------------------------------------
-_PAIR = "struct<topic_id:string,topic_name:string>"
-
-
-# arrays of structs with topic_id and topic_name in the decoded rows: the map the log carries
-_PAIR_ARRAYS = (
-    "consumer_group_partition_metadata.topics",
-    "share_group_records.partition_metadata.topics",
-    "share_group_records.state_partition_metadata.initializing_topics",
-    "share_group_records.state_partition_metadata.initialized_topics",
-    "share_group_records.state_partition_metadata.deleting_topics",
-    "streams_group_records.partition_metadata.topics",
-)
 TOPIC_ID_KEY = ("cluster", "topic_id", "topic_name")
-ZERO_UUID = "AAAAAAAAAAAAAAAAAAAAAA"  # the all-zero UUID: no topic id
 
 
-def topic_pairs(wide: DataFrame) -> DataFrame:
-    """(cluster, topic_id, topic_name, first_seen) that the decoded rows carry."""
-    empty = F.array().cast(f"array<{_PAIR}>")
-    commit = F.col("offset_commits")
-    parts = [
-        F.when(
-            commit["topic_id"].isNotNull(),
-            F.array(F.struct(commit["topic_id"].alias("topic_id"), commit["topic"].alias("topic_name"))),
-        ).otherwise(empty)
-    ]
-    for path in _PAIR_ARRAYS:
-        pairs = F.transform(
-            F.col(path), lambda x: F.struct(x["topic_id"].alias("topic_id"), x["topic_name"].alias("topic_name"))
-        )
-        parts.append(F.coalesce(pairs, empty))
-    return (
-        wide.select("cluster", "timestamp", F.explode(F.concat(*parts)).alias("_t"))
-        .select("cluster", "_t.topic_id", "_t.topic_name", "timestamp")
-        .where(f"topic_id IS NOT NULL AND topic_id != '{ZERO_UUID}' AND topic_name IS NOT NULL")
-        .groupBy(*TOPIC_ID_KEY)
-        .agg(F.min("timestamp").alias("first_seen"))
-    )
-
-
-def update_topic_ids(spark: SparkSession, tables: Tables, wide: DataFrame, overwrite: bool = False) -> set[str]:
+def update_topic_ids(spark: SparkSession, tables: Tables, decoded: Decoded, overwrite: bool = False) -> set[str]:
     """Add the pairs the decoded rows carry to silver.topic_ids; returns the clusters that learnt any.
 
     Pairs are only ever added and ``first_seen`` only ever lowered, so applying the same rows
     again (a re-run, a re-processed range) changes nothing and the order of runs does not matter.
     """
-    fresh = topic_pairs(wide).select(*[c.name for c in tables.spec("silver", "topic_ids").columns]).persist()
+    fresh = decoded.topic_pairs().select(*[c.name for c in tables.spec("silver", "topic_ids").columns]).persist()
     try:
         path = tables.path("silver", "topic_ids")
         new_table = not table_exists(spark, tables, "topic_ids")

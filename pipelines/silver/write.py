@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING
 
 from pipelines.runtime import faults, lake
 from pipelines.silver.contract import DATA_TABLES, KEY, MEMBER_KEY, MEMBER_TABLE, SilverResult
-from pipelines.silver.frames import table_frame
 from pipelines.silver.store import table_exists
 from pipelines.silver.topics import topic_names, with_topic_names
 
@@ -15,6 +14,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from pipelines.runtime.tables import Tables
+    from pipelines.silver.frames import Decoded
 
 
 def merge_insert(
@@ -50,7 +50,7 @@ def overwrite_table(tables: Tables, table: str, frame: DataFrame) -> None:
 def insert_tables(
     spark: SparkSession,
     tables: Tables,
-    wide: DataFrame,
+    decoded: Decoded,
     pairs: list[tuple[str, int]],
     result: SilverResult,
     resolve: bool,
@@ -62,7 +62,7 @@ def insert_tables(
     todo = [t for t in DATA_TABLES if result.rows.get(t)]
 
     def insert(table: str) -> None:
-        frame = table_frame(wide, tables, table)
+        frame = decoded.table(tables, table)
         if names is not None:
             frame = with_topic_names(frame, table, names)
         result.inserted[table] = merge_insert(spark, tables, table, frame, pairs, result.rows[table], append)
@@ -73,7 +73,7 @@ def insert_tables(
             second = todo[1]
             if table_exists(spark, tables, second):
                 # what a writer killed mid-MERGE leaves behind: data files that no commit references
-                frame = table_frame(wide, tables, second)
+                frame = decoded.table(tables, second)
                 frame.write.mode("append").partitionBy("cluster", "offsets_partition").parquet(
                     tables.path("silver", second)
                 )
@@ -86,14 +86,14 @@ def insert_tables(
             names.unpersist()
 
 
-def refresh_tables(spark: SparkSession, tables: Tables, wide: DataFrame, result: SilverResult) -> None:
+def refresh_tables(spark: SparkSession, tables: Tables, decoded: Decoded, result: SilverResult) -> None:
     """Overwrite every table (those with rows, and those that exist: they may have to become
     empty) from the decoded snapshot: the first alone (a fault point follows it), then the rest."""
     names = topic_names(spark, tables).persist()
     todo = [t for t in DATA_TABLES if result.rows.get(t) or table_exists(spark, tables, t)]
 
     def refresh(table: str) -> None:
-        overwrite_table(tables, table, with_topic_names(table_frame(wide, tables, table), table, names))
+        overwrite_table(tables, table, with_topic_names(decoded.table(tables, table), table, names))
         result.inserted[table] = result.rows.get(table, 0)
 
     try:

@@ -16,7 +16,7 @@ from pipelines.runtime.config import QualitySettings
 from pipelines.runtime.tables import Tables
 from pipelines.silver import DATA_TABLES, RECORD_TABLES
 from pipelines.silver.decode import build_plan
-from pipelines.silver.frames import decode_frame, table_frame
+from pipelines.silver.frames import decode_frame
 from pipelines.silver.local import BRONZE_ARROW, bronze_rows
 
 
@@ -25,9 +25,9 @@ def test_real_files_pass_the_bronze_and_silver_suites(spark, real_dir) -> None:
     arrow = pa.Table.from_pylist(rows, schema=BRONZE_ARROW)
     # bronze keeps the first delivery of a position (two segments of one directory repeat 6 records)
     bronze = spark.createDataFrame(arrow).dropDuplicates(["cluster", "partition", "offset"]).persist()
-    wide = decode_frame(bronze, build_plan()).persist()
+    decoded = decode_frame(bronze, build_plan())
     tables = Tables(spark, "/nonexistent")  # only for the table declarations
-    silver = {t: table_frame(wide, tables, t) for t in DATA_TABLES}
+    silver = {t: decoded.table(tables, t) for t in DATA_TABLES}
     suites = load_suites()
     params = params_of(QualitySettings())
     inputs = {
@@ -44,7 +44,7 @@ def test_real_files_pass_the_bronze_and_silver_suites(spark, real_dir) -> None:
             outcomes, _ = evaluate_suite(suites[name], frame, params, "real-files")
             results.update({(name, o.expectation): o for o in outcomes})
     finally:
-        wide.unpersist()
+        decoded.unpersist()
         bronze.unpersist()
     for key, o in results.items():
         if key[1] == "offsets_partition_matches_group":  # the real files' partition counts are unknown
