@@ -143,7 +143,10 @@ def test_every_observed_classic_generation_is_in_gold(lake, evidence, harness):
             assert gold_members(row["members"]) == members_of(g), (g.group_id, g.generation)
             compared.setdefault(g.group_id, set()).add(g.generation)
     # three joins and two leaves of the lifecycle scenario, and the recreated group's generation 1
-    assert compared == {"classic-lifecycle": {1, 2, 3, 4, 5}, "delete-recreate": {1}}, compared
+    # (the evidence may add a sixth lifecycle generation: a retried evidence restarts the broker,
+    # and the kept member may rejoin)
+    assert set(compared) == {"classic-lifecycle", "delete-recreate"}, compared
+    assert compared["classic-lifecycle"] >= {1, 2, 3, 4, 5} and compared["delete-recreate"] == {1}, compared
     static = [
         m for r in rows if r["group_id"] == "classic-lifecycle" for m in r["members"] or [] if m["group_instance_id"]
     ]
