@@ -1,7 +1,8 @@
 """The truth snapshot: what a Kafka cluster itself reports about its consumer groups at one moment.
 
 One JSON document (docs/truth-snapshot.md) written by the Kafka test harness from the broker's
-Admin API (``listConsumerGroupOffsets``, ``describeConsumerGroups``/``describeShareGroups``) plus
+Admin API (``listConsumerGroupOffsets``, ``describeConsumerGroups``/``describeShareGroups``/
+``describeStreamsGroups``) plus
 what the clients themselves observed (the classic generation), and accepted by the quality stage
 as an external snapshot to reconcile gold against. ``offsets_topic_end_offsets`` says which log
 position of ``__consumer_offsets`` the snapshot corresponds to, so the same state can be rebuilt
@@ -43,6 +44,35 @@ class ShareStartOffset(_Model):
     start_offset: int
 
 
+class TaskIds(_Model):
+    """Streams tasks of one subtopology: the task of each listed input partition."""
+
+    subtopology_id: str
+    partitions: list[int]
+
+
+class StreamsTasks(_Model):
+    active: list[TaskIds] = Field(default_factory=list)
+    standby: list[TaskIds] = Field(default_factory=list)
+    warmup: list[TaskIds] = Field(default_factory=list)
+
+
+class StreamsTopic(_Model):
+    """An internal topic of a streams topology (changelog or repartition) as the broker reports it."""
+
+    name: str
+    partitions: int
+    replication_factor: int
+
+
+class Subtopology(_Model):
+    subtopology_id: str
+    source_topics: list[str] = Field(default_factory=list)
+    repartition_sink_topics: list[str] = Field(default_factory=list)
+    state_changelog_topics: list[StreamsTopic] = Field(default_factory=list)
+    repartition_source_topics: list[StreamsTopic] = Field(default_factory=list)
+
+
 class Member(_Model):
     member_id: str
     client_id: str
@@ -52,6 +82,10 @@ class Member(_Model):
     target_assignment: list[TopicPartitionRef] | None = None
     member_epoch: int | None = None
     upgraded: bool | None = None
+    # streams groups (KIP-1071): members own tasks, not partitions
+    process_id: str | None = None
+    tasks: StreamsTasks | None = None
+    target_tasks: StreamsTasks | None = None
 
 
 class Group(_Model):
@@ -64,6 +98,8 @@ class Group(_Model):
     partition_assignor: str | None = None
     group_epoch: int | None = None
     target_assignment_epoch: int | None = None
+    topology_epoch: int | None = None  # streams groups
+    subtopologies: list[Subtopology] = Field(default_factory=list)  # streams groups
     members: list[Member] = Field(default_factory=list)
     offsets: list[CommittedOffset] = Field(default_factory=list)
     share_offsets: list[ShareStartOffset] = Field(default_factory=list)

@@ -36,11 +36,17 @@ DEFAULTS: dict[str, str] = {
     # expiry within a test: retention 1 minute, checked every 5 seconds
     "offsets.retention.minutes": "1",
     "offsets.retention.check.interval.ms": "5000",
-    # new-protocol members heartbeat every second (default 5 s) so assignments settle quickly
+    # new-protocol (consumer, share, streams) members heartbeat every second (default 5 s) so
+    # assignments settle quickly
     "group.consumer.min.heartbeat.interval.ms": "500",
     "group.consumer.heartbeat.interval.ms": "1000",
     "group.share.min.heartbeat.interval.ms": "500",
     "group.share.heartbeat.interval.ms": "1000",
+    "group.streams.min.heartbeat.interval.ms": "500",
+    "group.streams.heartbeat.interval.ms": "1000",
+    "group.streams.initial.rebalance.delay.ms": "0",
+    # a streams group's second instance gets standby tasks (records with standby task lists)
+    "group.streams.num.standby.replicas": "1",
     "group.initial.rebalance.delay.ms": "0",
     "group.coordinator.rebalance.protocols": "classic,consumer,streams",
     "transaction.state.log.replication.factor": "1",

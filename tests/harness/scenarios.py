@@ -15,6 +15,7 @@ is the leader, so ``leader`` is always listed under ``not_observed``.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import sys
 import time
@@ -29,6 +30,7 @@ from confluent_kafka import (
     KafkaException,
     Producer,
     ShareConsumer,
+    TopicCollection,
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -37,6 +39,7 @@ from pipelines.codec.partitioner import partition_for
 from pipelines.truth import TruthSnapshot
 from tests.harness import admin as java_admin
 from tests.harness.broker import KafkaBroker
+from tests.harness.streams import StreamsInstance
 
 KAFKA_VERSION = "4.2.1"
 
@@ -73,6 +76,9 @@ class Harness:
         self.cluster = cluster
         self.admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         self._open: list[Any] = []
+        self._apps: list[StreamsInstance] = []
+        # members a scenario leaves alive for the evidence snapshot (released after it): {group: members}
+        self.kept: dict[str, list[Consumer]] = {}
 
     @property
     def bootstrap(self) -> str:
@@ -95,6 +101,17 @@ class Harness:
         self._open.append(c)
         return c
 
+    def streams_app(self, application_id: str, client_id: str, source: str, sink: str) -> StreamsInstance:
+        """A Kafka Streams instance (group.protocol=streams) with its own state directory."""
+        state_dir = self.broker.workdir / f"streams-{client_id}"
+        app = StreamsInstance(self.bootstrap, application_id, client_id, state_dir, source, sink)
+        self._apps.append(app)
+        return app
+
+    def stop_app(self, app: StreamsInstance) -> None:
+        self._apps.remove(app)
+        app.stop()
+
     def producer(self, **conf: Any) -> Producer:
         return Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5, **conf})
 
@@ -103,11 +120,28 @@ class Harness:
             c.close()
             self._open.remove(c)
 
+    def keep(self, group: str, *members: Consumer) -> None:
+        """Leave ``members`` (every live member of ``group``) alive past their scenario, for the
+        evidence snapshot: :meth:`close_all` does not close them, :meth:`release` does."""
+        for c in members:
+            self._open.remove(c)
+        self.kept[group] = list(members)
+
+    def release(self) -> None:
+        for members in self.kept.values():
+            for c in members:
+                with contextlib.suppress(KafkaException, RuntimeError):
+                    c.close()
+        self.kept.clear()
+
     def close_all(self) -> None:
         for c in list(self._open):
             with contextlib.suppress(KafkaException, RuntimeError):
                 c.close()
         self._open.clear()
+        for app in self._apps:
+            app.kill()
+        self._apps.clear()
 
     # -- topics and data -------------------------------------------------------------------------
     def create_topic(self, name: str, partitions: int) -> None:
@@ -117,6 +151,18 @@ class Harness:
     def delete_topic(self, name: str) -> None:
         self.admin.delete_topics([name])[name].result(30)
         self.wait(lambda: name not in self.admin.list_topics(timeout=10).topics, f"topic {name} gone")
+
+    def topic_names(self, topics: list[str]) -> dict[str, str]:
+        """{topic id in Kafka's string form (URL-safe base64, no padding): name}, from the broker."""
+        out = {}
+        for name, fut in self.admin.describe_topics(TopicCollection(topics)).items():
+            u = fut.result(30).topic_id
+            raw = b"".join(
+                (bits & (2**64 - 1)).to_bytes(8, "big")
+                for bits in (u.get_most_significant_bits(), u.get_least_significant_bits())
+            )
+            out[base64.urlsafe_b64encode(raw).decode().rstrip("=")] = name
+        return out
 
     def produce(self, topic: str, per_partition: int, partitions: int) -> None:
         p = self.producer()
@@ -198,24 +244,37 @@ class Harness:
         clients: dict[str, list[Consumer]] | None = None,
         notes: Iterable[str] = (),
     ) -> TruthSnapshot:
-        """The broker's view of ``groups``, retried until the offsets topic did not move meanwhile."""
+        """The broker's view of ``groups``, retried until the offsets topic did not move meanwhile.
+
+        ``clients``: every live member of those classic groups. Their generation goes into the
+        snapshot, and the snapshot is only accepted once the group is Stable and its members (ids
+        and assignments) are exactly what the clients themselves hold: a snapshot of a group
+        whose rebalance has completed, whose generation's record is in the log.
+        """
+        clients = clients or {}
+        disagreement = ""
         for _ in range(20):
             raw = java_admin.run("snapshot", self.bootstrap, *groups)
-            if raw["consistent"]:
+            disagreement = "; ".join(filter(None, (_clients_disagree(raw, g, cs) for g, cs in clients.items())))
+            if raw["consistent"] and not disagreement:
                 break
+            if disagreement:  # a rebalance may still be in progress: let the members serve it
+                for members in clients.values():
+                    for c in members:
+                        c.poll(0.05)
             time.sleep(0.2)
         else:
-            raise ScenarioError("the offsets topic kept moving during 20 snapshot attempts")
-        clients = clients or {}
+            raise ScenarioError(
+                "no consistent snapshot in 20 attempts: "
+                + (disagreement or "the offsets topic kept moving during the snapshot")
+            )
         for g in raw["groups"]:
             g["not_observed"] = ["leader"] + (
                 [] if g.get("type") == "classic" and clients.get(g["group_id"]) else ["generation"]
             )
             if g.get("type") == "classic" and g["group_id"] in clients:
-                gens = {cgmd_generation(c) for c in clients[g["group_id"]]}
-                if len(gens) != 1:
-                    raise ScenarioError(f"members of {g['group_id']} disagree on the generation: {gens}")
-                g["generation"] = gens.pop()
+                # the members agree on it (checked above)
+                g["generation"] = cgmd_generation(clients[g["group_id"]][0])
                 g["observed_by_clients"] = ["generation"]
         return TruthSnapshot(
             cluster=self.cluster,
@@ -227,58 +286,87 @@ class Harness:
         )
 
 
+def _clients_disagree(raw: dict[str, Any], group: str, clients: list[Consumer]) -> str:
+    """Why the raw snapshot's ``group`` is not the group its live ``clients`` hold ("" if it is)."""
+    g = next((x for x in raw["groups"] if x["group_id"] == group), None)
+    if g is None or g.get("type") != "classic":
+        return f"{group} is not a classic group in the snapshot"
+    if g.get("state") != "Stable":
+        return f"{group} is {g.get('state')}"
+    gens = {cgmd_generation(c) for c in clients}
+    if len(gens) != 1:
+        return f"members of {group} disagree on the generation: {gens}"
+    held = {c.memberid(): sorted((tp.topic, tp.partition) for tp in c.assignment()) for c in clients}
+    described = {m["member_id"]: sorted((a["topic"], a["partition"]) for a in m["assignment"]) for m in g["members"]}
+    return "" if held == described else f"{group}: clients hold {held}, the broker describes {described}"
+
+
 # ------------------------------------------------------------------------------------ scenarios
 
 LONG_METADATA = "checkpoint:" + "m" * 189  # 200 bytes: a length that needs two bytes as a varint
 
 
 def classic_lifecycle(h: Harness) -> ScenarioResult:
-    """Members join and leave (each a rebalance), manual commits with metadata, an auto-committing
-    member that keeps committing unchanged offsets."""
+    """Members join and leave (each a rebalance, one of them a static member), manual commits with
+    metadata, an auto-committing member that keeps committing unchanged offsets. A snapshot after
+    every completed rebalance, with all members alive: generation, members and assignments."""
     group, topic = "classic-lifecycle", "classic-lifecycle-t"
     h.create_topic(topic, 4)
     h.produce(topic, 25, 4)
-    c1 = h.consumer(group, "c1")
+    snaps: dict[str, TruthSnapshot] = {}
+
+    def rebalanced(members: list[Consumer], what: str) -> None:
+        h.pump(members, h.assigned(members, 4), what)
+        snap = h.snapshot([group], clients={group: members})
+        snaps[f"generation_{snap.group(group).generation}"] = snap
+
+    # not polled while the other scenarios run: a long poll interval keeps it in the group
+    c1 = h.consumer(group, "c1", **{"max.poll.interval.ms": 3_600_000})
     c1.subscribe([topic])
-    h.pump([c1], h.assigned([c1], 4), "c1 owns all 4 partitions")
+    rebalanced([c1], "c1 owns all 4 partitions")
     h.commit(c1, {(topic, 0): 5, (topic, 1): 6})
     h.commit(c1, {(topic, 2): 7}, metadata="short")
     h.commit(c1, {(topic, 3): 8}, metadata=LONG_METADATA)
     generations = [cgmd_generation(c1)]
-    c2 = h.consumer(group, "c2")
+    # a static member (KIP-345): its group.instance.id is in the group record; it does not send a
+    # LeaveGroup when it closes, so its departure is a session timeout (6 s)
+    c2 = h.consumer(group, "c2", **{"group.instance.id": "c2-static"})
     c2.subscribe([topic])
-    h.pump([c1, c2], h.assigned([c1, c2], 4), "c1 and c2 share the partitions")
+    rebalanced([c1, c2], "c1 and c2 share the partitions")
     generations.append(cgmd_generation(c1))
     # auto-commit every 200 ms, nothing consumed: librdkafka commits only changed offsets, so the
     # repeats come from an explicit re-commit of unchanged values (what Java's auto-commit does)
     c3 = h.consumer(group, "c3", **{"enable.auto.commit": True, "auto.commit.interval.ms": 200})
     c3.subscribe([topic])
-    h.pump([c1, c2, c3], h.assigned([c1, c2, c3], 4), "three members share the partitions")
+    rebalanced([c1, c2, c3], "three members share the partitions")
     generations.append(cgmd_generation(c1))
     for _ in range(3):
         h.commit(c1, {(topic, 0): 5, (topic, 1): 6})
     h.close(c3)
-    h.pump([c1, c2], h.assigned([c1, c2], 4), "c3 left")
+    rebalanced([c1, c2], "c3 left")
     generations.append(cgmd_generation(c1))
     h.close(c2)
-    h.pump([c1], h.assigned([c1], 4), "c2 left")
+    h.pump([c1], h.assigned([c1], 4), "c2's session timed out")
     generations.append(cgmd_generation(c1))
     # c3 auto-committed what it consumed; the final commits make the end state deterministic
     h.commit(c1, {(topic, 0): 20, (topic, 1): 6})
     h.commit(c1, {(topic, 2): 7}, metadata="short")
     h.commit(c1, {(topic, 3): 8}, metadata=LONG_METADATA)
-    snap = h.snapshot([group], clients={group: [c1]})
-    h.close(c1)
+    snaps["final"] = h.snapshot([group], clients={group: [c1]})
+    # c1 stays in the group until the evidence snapshot, so the broker's files end with a live
+    # classic group (its subscribed offsets do not expire while it is Stable)
+    h.keep(group, c1)
     return ScenarioResult(
         "classic_lifecycle",
         [group],
-        {"final": snap},
+        snaps,
         facts={
             "topic": topic,
             "expected_offsets": {0: 20, 1: 6, 2: 7, 3: 8},
             "expected_metadata": {2: "short", 3: LONG_METADATA},
             "generations_seen": generations,
             "repeated_commits": {(topic, 0): 5, (topic, 1): 6},
+            "static_member": ("c2", "c2-static"),
         },
     )
 
@@ -508,6 +596,57 @@ def share_group(h: Harness) -> ScenarioResult:
     return ScenarioResult("share_group", [group], {"final": snap}, facts={"topic": topic, "received": got})
 
 
+def streams_group(h: Harness) -> ScenarioResult:
+    """A KIP-1071 streams group: a Kafka Streams application (tools/kafka/StreamsApp.java,
+    group.protocol=streams) runs as one instance, then two (the second gets active and standby
+    tasks), then one again, then none; a snapshot at each settled step, while the members live."""
+    app_id, source, sink = "streams-counts", "streams-in", "streams-out"
+    h.create_topic(source, 2)
+    h.create_topic(sink, 1)
+    produced = 0
+
+    def settled(members: int, what: str) -> TruthSnapshot:
+        """The snapshot once the group has ``members`` members that own their target tasks, at
+        the target epoch, and every produced record was processed and committed."""
+
+        def cond() -> TruthSnapshot | None:
+            snap = h.snapshot([app_id])
+            g = snap.group(app_id)
+            if not g.exists or g.type != "streams" or g.state != ("Stable" if members else "Empty"):
+                return None
+            if len(g.members) != members or any(
+                m.tasks != m.target_tasks or m.member_epoch != g.target_assignment_epoch for m in g.members
+            ):
+                return None
+            committed = {(o.topic, o.partition): o.offset for o in g.offsets}
+            # every input record is written once to the repartition topic and read from it again
+            through = sum(o for (t, _), o in committed.items() if t.endswith("-repartition"))
+            return snap if sum(committed.get((source, p), 0) for p in (0, 1)) == through == produced else None
+
+        return h.wait(cond, what, timeout=120, every=0.5)
+
+    a = h.streams_app(app_id, "streams-a", source, sink)
+    a.wait_for("STATE RUNNING")
+    h.produce(source, 10, 2)
+    produced += 20
+    one = settled(1, "streams-a processed and committed")
+    b = h.streams_app(app_id, "streams-b", source, sink)
+    b.wait_for("STATE RUNNING")
+    h.produce(source, 10, 2)
+    produced += 20
+    two = settled(2, "streams-a and streams-b share the tasks")
+    h.stop_app(b)
+    left = settled(1, "streams-b left")
+    h.stop_app(a)
+    final = settled(0, "the group is empty")
+    return ScenarioResult(
+        "streams_group",
+        [app_id],
+        {"one_member": one, "two_members": two, "member_left": left, "final": final},
+        facts={"source": source, "sink": sink, "produced": produced, "clients": ["streams-a", "streams-b"]},
+    )
+
+
 def bulk_roll(h: Harness, target_bytes: int = 1_300_000) -> ScenarioResult:
     """Enough commits into one offsets-topic partition to roll its 1 MiB segment."""
     group, topic = "bulk-roll", "bulk-roll-t"
@@ -569,6 +708,7 @@ SCENARIOS: list[Callable[[Harness], ScenarioResult]] = [
     topic_recreated,
     explicit_offset_delete,
     share_group,
+    streams_group,
     bulk_roll,
     group_listing,
 ]

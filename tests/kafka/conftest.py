@@ -2,7 +2,9 @@
 
 ``harness`` runs the scenarios (tests/harness/scenarios.py) and keeps their truth snapshots;
 ``broker_files`` is a copy of the broker's ``__consumer_offsets-N`` directories taken after a
-clean shutdown (the broker is started again afterwards, so live-source tests can still read it).
+clean shutdown (the broker is started again afterwards, so live-source tests can still read it);
+``lake`` is those files through bronze, silver and gold, shared by the modules that compare the
+layers with the broker.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -45,9 +48,12 @@ def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HarnessRun]:
     broker = KafkaBroker(tmp_path_factory.mktemp("kafka"), overrides=overrides).start()
     try:
         h = Harness(broker)
-        run = HarnessRun(broker, h, run_all(h))
-        # right after the scenarios, before the 1-minute retention expires their empty groups
-        run.evidence = _take_evidence(run, tmp_path_factory)
+        try:
+            run = HarnessRun(broker, h, run_all(h))
+            # right after the scenarios, before the 1-minute retention expires their empty groups
+            run.evidence = _take_evidence(run, tmp_path_factory)
+        finally:
+            h.release()  # the members scenarios left alive for the evidence
         yield run
     finally:
         broker.stop()
@@ -72,9 +78,11 @@ def _file_ends(logs: Path) -> dict[int, int]:
 
 def _take_evidence(harness: HarnessRun, tmp_path_factory: pytest.TempPathFactory) -> Evidence | None:
     """A truth snapshot of every group and a copy of the broker's files at the same log position
-    (after a clean shutdown); retried if the coordinator wrote in between (expiry runs every 5 s)."""
+    (after a clean shutdown); retried if the coordinator wrote in between (expiry runs every 5 s).
+    The classic groups whose members the scenarios left alive are snapshot with those members
+    (generation, and members equal to what the clients hold)."""
     for attempt in range(5):
-        snap = harness.harness.snapshot([])
+        snap = harness.harness.snapshot([], clients=harness.harness.kept)
         logs = harness.broker.copy_offsets_topic(tmp_path_factory.mktemp(f"evidence{attempt}") / "logs")
         ends = _file_ends(logs)
         if all(ends.get(p, 0) == o for p, o in snap.offsets_topic_end_offsets.items()):
@@ -93,6 +101,73 @@ def evidence(harness: HarnessRun) -> Evidence:
 def broker_files(evidence: Evidence) -> Path:
     """The offsets topic's partition directories, copied after a clean shutdown."""
     return evidence.logs
+
+
+def truncated_copy(logs: Path, ends: dict[int, int], dest: Path) -> Path:
+    """The broker's files as they were when a snapshot was taken: every batch at or after the
+    snapshot's log end offset cut away (compaction is held off in the harness, so the files
+    before that point are what the broker had). Writing a later cut into the same ``dest``
+    makes the files grow, as a live broker's do."""
+    from pipelines.codec.segments import discover, iter_segment
+
+    for seg in discover([logs]):
+        end = ends.get(seg.partition)
+        cut = None
+        if end is not None:
+            for batch, _ in iter_segment(seg):
+                if batch is not None and batch.last_offset >= end:
+                    cut = batch.position
+                    break
+        out = dest / seg.path.parent.name / seg.path.name
+        out.parent.mkdir(parents=True, exist_ok=True)
+        data = seg.path.read_bytes()
+        out.write_bytes(data if cut is None else data[:cut])
+    return dest
+
+
+@dataclass
+class Lake:
+    """bronze -> silver -> gold of the broker's files, built in two runs (:func:`lake`)."""
+
+    tables: Any  # pipelines.runtime.tables.Tables
+    cut: TruthSnapshot  # the snapshot the first run's files end at
+    at_cut: dict[str, list[Any]]  # gold tables (Rows) right after the first run
+
+    def read(self, layer: str, table: str) -> Any:
+        return self.tables.spark.read.format("delta").load(self.tables.path(layer, table))
+
+
+# gold tables read after the first run (the state at the cut)
+AT_CUT_TABLES = ("current_groups", "consumer_group_members", "group_generations")
+
+
+@pytest.fixture(scope="session")
+def lake(spark, harness: HarnessRun, evidence: Evidence, tmp_path_factory: pytest.TempPathFactory) -> Lake:
+    """The broker's files through bronze, silver and gold, once for the tier, in two runs: first
+    the files cut at the new_protocol scenario's final snapshot (taken while its members were
+    alive; the gold tables are read then), then the same files grown to the evidence (an
+    incremental run over grown segment files, as from a live broker's log directory)."""
+    from pipelines.bronze.ingest import ingest_segments
+    from pipelines.gold.build import run_gold
+    from pipelines.runtime.config import SegmentsSource
+    from pipelines.runtime.tables import Tables
+    from pipelines.silver.ingest import run_silver
+
+    for db in ("bronze", "silver", "gold", "quality"):
+        spark.sql(f"DROP SCHEMA IF EXISTS {db} CASCADE")
+    work = tmp_path_factory.mktemp("lake")
+    tables = Tables(spark, str(work / "lakehouse"))
+    src = SegmentsSource(kind="segments", cluster="harness", paths=[str(work / "logs")])
+    cut = harness.result("new_protocol").snapshots["final"]
+    at_cut: dict[str, list[Any]] = {}
+    for run, ends in ((1, cut.offsets_topic_end_offsets), (2, evidence.snapshot.offsets_topic_end_offsets)):
+        truncated_copy(evidence.logs, ends, work / "logs")
+        ingest_segments(spark, tables, "files", src, f"b{run}", "/")
+        run_silver(spark, tables, f"s{run}")
+        run_gold(spark, tables, f"g{run}")
+        if run == 1:
+            at_cut = {t: spark.read.format("delta").load(tables.path("gold", t)).collect() for t in AT_CUT_TABLES}
+    return Lake(tables, cut, at_cut)
 
 
 @pytest.fixture(scope="session")

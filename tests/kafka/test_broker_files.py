@@ -37,9 +37,10 @@ def test_every_record_decodes(records):
     assert bad == []
     types = Counter(r["record_type"] for r in records if not r["control"])
     # offset commits, classic groups, the consumer-group protocol (3, 5-8; 4 is no longer written
-    # since 4.1), its regex subscriptions (16) and share groups (10-15)
-    assert {1, 2, 3, 5, 6, 7, 8, 16, 10, 11, 12, 13, 14, 15} <= set(types), types
-    assert 4 not in types
+    # since 4.1), its regex subscriptions (16), share groups (10-15) and streams groups (17, 19-23;
+    # 18 was never released)
+    assert {1, 2, 3, 5, 6, 7, 8, 16, 10, 11, 12, 13, 14, 15, 17, 19, 20, 21, 22, 23} <= set(types), types
+    assert 4 not in types and 18 not in types
     markers = Counter(r["control_type"] for r in records if r["control"])
     assert markers["COMMIT"] >= 2 and markers["ABORT"] >= 1, markers
 
@@ -102,14 +103,18 @@ def test_aborted_offset_is_in_the_log_but_not_applied(harness, records):
         "new_protocol",
         "topic_recreated",
         "explicit_offset_delete",
+        "streams_group",
         "bulk_roll",
         "group_listing",
     ],
 )
 def test_reference_replay_rebuilds_every_snapshot(harness, broker_files, scenario):
     """The replay of the broker's log up to each snapshot's position gives the offsets
-    listConsumerGroupOffsets returned at that moment (spec section 12 against Kafka itself)."""
+    listConsumerGroupOffsets returned at that moment (spec section 12 against Kafka itself), the
+    groups listGroups lists, the generation, assignor and members (with their assignments) of
+    classic groups snapshot while their members were alive, and streams groups' epochs and members."""
     r = harness.result(scenario)
+    live = 0
     for label, snap in r.snapshots.items():
         state = replay_paths([str(broker_files)], stop_at=snap.offsets_topic_end_offsets).snapshot()
         ours = {
@@ -133,3 +138,37 @@ def test_reference_replay_rebuilds_every_snapshot(harness, broker_files, scenari
             if g.exists and g.type in ("classic", "consumer") and not g.awaiting_cleanup()
         }
         assert listed == kafka, f"{scenario}/{label}"
+        classic = {g["group"]: g for g in state["classic_groups"]}
+        for g in snap.groups:
+            if not (g.exists and g.type == "classic" and "generation" in g.observed_by_clients):
+                continue
+            c = classic[g.group_id]
+            assert (c["generation"], c["protocol_type"], c["protocol"]) == (
+                g.generation,
+                g.protocol_type,
+                g.partition_assignor,
+            ), f"{scenario}/{label}"
+            ours_members = {
+                m["member_id"]: (m["client_id"], m["client_host"], m["group_instance_id"], _parts(m))
+                for m in c["members"]
+            }
+            described = {
+                m.member_id: (m.client_id, m.host, m.group_instance_id, {(a.topic, a.partition) for a in m.assignment})
+                for m in g.members
+            }
+            assert ours_members == described, f"{scenario}/{label}"
+            live += 1
+        streams = {g["group"]: g for g in state["streams_groups"]}
+        for g in snap.groups:
+            if g.exists and g.type == "streams":
+                s = streams[g.group_id]
+                assert (s["epoch"], s["assignment_epoch"]) == (g.group_epoch, g.target_assignment_epoch)
+                assert sorted(m["member_id"] for m in s["members"]) == [m.member_id for m in g.members]
+                live += 1
+    # every snapshot of these scenarios is of a group with live members (or a streams group)
+    want = {"classic_lifecycle": 5, "delete_and_recreate": 1, "streams_group": 4}.get(scenario, live)
+    assert live == want, f"{scenario}: {live} snapshots of live groups compared, {want} expected"
+
+
+def _parts(member: dict) -> set[tuple[str, int]]:
+    return {(t, p) for t, ps in member["assigned_partitions"].items() for p in ps}

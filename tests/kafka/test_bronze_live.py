@@ -165,4 +165,7 @@ def test_live_truth_snapshot_equals_the_harness_snapshot(spark, harness):
         pytest.fail("the offsets topic kept moving between the two snapshots")
     mine = {k: (o.offset, o.metadata) for k, o in ours.committed().items()}
     assert mine[("truth-live", "truth-live-t", 1)] == (7, "m\x00")  # librdkafka sends metadata with a NUL
-    assert mine == {k: (o.offset, o.metadata) for k, o in theirs.committed().items()}
+    # the live snapshot lists groups with listConsumerGroups (the 3.9 Admin client in Spark's JVM):
+    # classic and consumer groups only; the harness's snapshot also has streams groups' offsets
+    listed = {g.group_id for g in theirs.groups if g.type in ("classic", "consumer")}
+    assert mine == {k: (o.offset, o.metadata) for k, o in theirs.committed().items() if k[0] in listed}

@@ -41,6 +41,22 @@ def test_classic_lifecycle(harness):
     meta = {o.partition: o.metadata for o in g.offsets}
     # confluent-kafka 2.16 sends the metadata string with its C terminator: the broker keeps the NUL
     assert meta[2] == "short\x00" and meta[3] == LONG_METADATA + "\x00" and len(LONG_METADATA) >= 127
+    # a snapshot after every rebalance, all members alive: c1; c1 + static c2; + c3; c3 left
+    steps = {
+        label: sorted((m.client_id, m.group_instance_id) for m in s.group("classic-lifecycle").members)
+        for label, s in r.snapshots.items()
+    }
+    c1, c2, c3 = ("c1", None), ("c2", "c2-static"), ("c3", None)
+    assert steps == {
+        "generation_1": [c1],
+        "generation_2": [c1, c2],
+        "generation_3": [c1, c2, c3],
+        "generation_4": [c1, c2],
+        "final": [c1],
+    }
+    for s in r.snapshots.values():
+        lg = s.group("classic-lifecycle")
+        assert lg.state == "Stable" and assigned(lg) == {(topic, p) for p in range(4)}
 
 
 def test_offset_reset_backwards_and_forwards(harness):
@@ -125,6 +141,39 @@ def test_share_group(harness):
     assert g.type == "share" and g.state == "Stable" and [m.client_id for m in g.members] == ["sh1"]
     assert assigned(g) == {(r.facts["topic"], 0), (r.facts["topic"], 1)}
     assert r.facts["received"] >= 10
+
+
+def test_streams_group(harness):
+    """The Streams application's group at each step: one member, two (active and standby tasks
+    spread over both), one again, none; each membership change bumps the group epoch; every
+    input record processed and its offset committed; the topology has the two subtopologies."""
+    r = harness.result("streams_group")
+    source = r.facts["source"]
+    steps = ["one_member", "two_members", "member_left", "final"]
+    groups = [r.snapshots[k].group("streams-counts") for k in steps]
+    assert [g.type for g in groups] == ["streams"] * 4
+    assert [g.state for g in groups] == ["Stable", "Stable", "Stable", "Empty"]
+    assert [len(g.members) for g in groups] == [1, 2, 1, 0]
+    epochs = [g.group_epoch for g in groups]
+    assert epochs == sorted(set(epochs)), epochs
+    clients = [sorted(m.client_id.split("-StreamThread")[0] for m in g.members) for g in groups]
+    assert clients == [["streams-a"], ["streams-a", "streams-b"], ["streams-a"], []]
+
+    def tasks(g, kind: str) -> set[tuple[str, int]]:
+        return {(t.subtopology_id, p) for m in g.members for t in getattr(m.tasks, kind) for p in t.partitions}
+
+    # two subtopologies on a 2-partition input: 4 active tasks; the stateful one's 2 tasks get a
+    # standby on the other instance when there are two
+    everything = {(s, p) for s in ("0", "1") for p in (0, 1)}
+    assert [tasks(g, "active") for g in groups[:3]] == [everything] * 3
+    assert tasks(groups[1], "standby") == {("1", 0), ("1", 1)} and not tasks(groups[0], "standby")
+    final = groups[3]
+    assert [(s.subtopology_id, s.source_topics) for s in final.subtopologies] == [("0", [source]), ("1", [])]
+    assert [t.name for t in final.subtopologies[1].state_changelog_topics] == ["streams-counts-counts-changelog"]
+    assert {(o.topic, o.partition): o.offset for o in final.offsets if o.topic == source} == {
+        (source, 0): 20,
+        (source, 1): 20,
+    }
 
 
 def test_bulk_commits(harness):

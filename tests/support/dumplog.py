@@ -659,7 +659,11 @@ ACCEPTED: list[Accepted] = [
             *_fields(
                 rule,
                 {22},
-                [f"value.{t}[].assignment_epochs" for t in ("active_tasks", "standby_tasks", "warmup_tasks")],
+                [
+                    f"value.{t}{pending}[].assignment_epochs"
+                    for t in ("active_tasks", "standby_tasks", "warmup_tasks")
+                    for pending in ("", "_pending_revocation")
+                ],
             ),
             *_fields(
                 rule, {17}, ["value.stored_description_topology_epoch", "value.failed_description_topology_epoch"]

@@ -1,7 +1,8 @@
 // The broker's own view of consumer groups, through Kafka's Java Admin API, as JSON.
 //
 // Used by the Kafka test harness (tests/harness) to take "truth snapshots" (docs/truth-snapshot.md)
-// and for the few admin operations the Python clients lack. Compiled from source at test time by
+// (describeConsumerGroups, describeShareGroups, describeStreamsGroups and their offsets) and for
+// the few admin operations the Python clients lack. Compiled from source at test time by
 // tests/harness/admin.py; no binary is committed.
 //
 //   java -cp <kafka libs>/* Truth.java snapshot BOOTSTRAP [GROUP ...]   (no GROUP: every group)
@@ -85,11 +86,7 @@ public class Truth {
       } else if (type == GroupType.SHARE) {
         row = shareGroup(admin, g);
       } else if (type == GroupType.STREAMS) {
-        row = new LinkedHashMap<>();
-        row.put("group_id", g);
-        row.put("exists", true);
-        row.put("type", "streams");
-        row.put("state", listing.groupState().map(Object::toString).orElse(null));
+        row = streamsGroup(admin, g);
       } else {
         try {
           row = consumerGroup(admin, g);
@@ -140,21 +137,7 @@ public class Truth {
     }
     members.sort(Comparator.comparing(o -> (String) o.get("member_id")));
     row.put("members", members);
-    Map<TopicPartition, OffsetAndMetadata> offsets =
-        admin.listConsumerGroupOffsets(g).partitionsToOffsetAndMetadata().get();
-    TreeMap<TopicPartition, OffsetAndMetadata> sorted = new TreeMap<>(BY_TOPIC_PARTITION);
-    offsets.forEach((k, v) -> { if (v != null) sorted.put(k, v); });
-    List<Object> offs = new ArrayList<>();
-    sorted.forEach((tp, om) -> {
-      Map<String, Object> o = new LinkedHashMap<>();
-      o.put("topic", tp.topic());
-      o.put("partition", tp.partition());
-      o.put("offset", om.offset());
-      o.put("leader_epoch", om.leaderEpoch().orElse(null));
-      o.put("metadata", om.metadata());
-      offs.add(o);
-    });
-    row.put("offsets", offs);
+    row.put("offsets", offsetRows(admin.listConsumerGroupOffsets(g).partitionsToOffsetAndMetadata().get()));
     return row;
   }
 
@@ -194,6 +177,104 @@ public class Truth {
     });
     row.put("share_offsets", offs);
     return row;
+  }
+
+  static Map<String, Object> streamsGroup(Admin admin, String g) throws Exception {
+    Map<String, Object> row = new LinkedHashMap<>();
+    row.put("group_id", g);
+    row.put("exists", true);
+    row.put("type", "streams");
+    StreamsGroupDescription d = admin.describeStreamsGroups(List.of(g)).all().get().get(g);
+    row.put("state", d.groupState() == null ? null : d.groupState().toString());
+    row.put("group_epoch", d.groupEpoch());
+    row.put("target_assignment_epoch", d.targetAssignmentEpoch());
+    row.put("topology_epoch", d.topologyEpoch());
+    List<Map<String, Object>> subtopologies = new ArrayList<>();
+    for (StreamsGroupSubtopologyDescription st : d.subtopologies()) {
+      Map<String, Object> s = new LinkedHashMap<>();
+      s.put("subtopology_id", st.subtopologyId());
+      s.put("source_topics", sorted(st.sourceTopics()));
+      s.put("repartition_sink_topics", sorted(st.repartitionSinkTopics()));
+      s.put("state_changelog_topics", topicInfos(st.stateChangelogTopics()));
+      s.put("repartition_source_topics", topicInfos(st.repartitionSourceTopics()));
+      subtopologies.add(s);
+    }
+    subtopologies.sort(Comparator.comparing(o -> (String) o.get("subtopology_id")));
+    row.put("subtopologies", subtopologies);
+    List<Map<String, Object>> members = new ArrayList<>();
+    for (StreamsGroupMemberDescription m : d.members()) {
+      Map<String, Object> mm = new LinkedHashMap<>();
+      mm.put("member_id", m.memberId());
+      mm.put("group_instance_id", m.instanceId().orElse(null));
+      mm.put("client_id", m.clientId());
+      mm.put("host", m.clientHost());
+      mm.put("member_epoch", m.memberEpoch());
+      mm.put("process_id", m.processId());
+      mm.put("tasks", tasks(m.assignment()));
+      mm.put("target_tasks", tasks(m.targetAssignment()));
+      members.add(mm);
+    }
+    members.sort(Comparator.comparing(o -> (String) o.get("member_id")));
+    row.put("members", members);
+    Map<TopicPartition, OffsetAndMetadata> offsets =
+        admin.listStreamsGroupOffsets(Map.of(g, new ListStreamsGroupOffsetsSpec())).partitionsToOffsetAndMetadata(g).get();
+    row.put("offsets", offsetRows(offsets));
+    return row;
+  }
+
+  static List<String> sorted(Collection<String> names) {
+    List<String> out = new ArrayList<>(names);
+    Collections.sort(out);
+    return out;
+  }
+
+  static List<Object> topicInfos(Map<String, StreamsGroupSubtopologyDescription.TopicInfo> topics) {
+    List<Object> out = new ArrayList<>();
+    new TreeMap<>(topics).forEach((name, info) -> {
+      Map<String, Object> t = new LinkedHashMap<>();
+      t.put("name", name);
+      t.put("partitions", info.partitions());
+      t.put("replication_factor", info.replicationFactor());
+      out.add(t);
+    });
+    return out;
+  }
+
+  /** Active, standby and warmup tasks: [{subtopology_id, partitions}] sorted by subtopology. */
+  static Map<String, Object> tasks(StreamsGroupMemberAssignment a) {
+    Map<String, Object> out = new LinkedHashMap<>();
+    out.put("active", taskIds(a.activeTasks()));
+    out.put("standby", taskIds(a.standbyTasks()));
+    out.put("warmup", taskIds(a.warmupTasks()));
+    return out;
+  }
+
+  static List<Object> taskIds(List<StreamsGroupMemberAssignment.TaskIds> ids) {
+    List<StreamsGroupMemberAssignment.TaskIds> sorted = new ArrayList<>(ids);
+    sorted.sort(Comparator.comparing(StreamsGroupMemberAssignment.TaskIds::subtopologyId));
+    List<Object> out = new ArrayList<>();
+    for (StreamsGroupMemberAssignment.TaskIds t : sorted) {
+      List<Integer> parts = new ArrayList<>(t.partitions());
+      Collections.sort(parts);
+      out.add(Map.of("subtopology_id", t.subtopologyId(), "partitions", parts));
+    }
+    return out;
+  }
+
+  static List<Object> offsetRows(Map<TopicPartition, OffsetAndMetadata> offsets) {
+    TreeMap<TopicPartition, OffsetAndMetadata> sorted = new TreeMap<>(BY_TOPIC_PARTITION);
+    offsets.forEach((k, v) -> { if (v != null) sorted.put(k, v); });
+    List<Object> offs = new ArrayList<>();
+    sorted.forEach((tp, om) -> {
+      Map<String, Object> o = new LinkedHashMap<>();
+      o.put("topic", tp.topic());
+      o.put("partition", tp.partition());
+      o.put("offset", om.offset());
+      o.put("leader_epoch", om.leaderEpoch().orElse(null));
+      o.put("metadata", om.metadata());
+      offs.add(o);
+    });
+    return offs;
   }
 
   static final Comparator<TopicPartition> BY_TOPIC_PARTITION =
