@@ -23,10 +23,11 @@ or against a real broker's behaviour as the spec reports it; see tests/unit/test
    may mix record types). Records apply in offset order inside it; the listing of groups is
    worked out once per batch, so a conversion that tombstones one family and writes the other in
    the same batch (§12.3) is one step, not a deletion followed by a creation.
-2. **Positions.** An offset state's ``state_offset`` is the record that produced it (the commit,
-   the COMMIT marker, the tombstone). History intervals start at the end of the batch that
-   produced the state (its last record's offset and timestamp), as gold.yaml defines
-   ``valid_from_offset``. A group that goes away is dated by the end of the batch that removed it.
+2. **Positions.** A state takes hold at the end of the batch that produced it (its last
+   record's offset and timestamp; for a transactional commit, its COMMIT marker): an offset's
+   ``state_offset``, a history interval's start (as gold.yaml defines ``valid_from_offset``) and
+   the position of a group that went. The records keep their own positions (``record_offset``,
+   ``deleted_offset``, a generation's start and end).
 3. **Tombstones of keys not live** still record a soft delete at their position (after
    compaction the value they delete may be gone; gold.yaml keeps "the last offset when known").
 4. **Transactions.** Only offset-commit *values* of a transactional batch are held pending
@@ -42,9 +43,12 @@ or against a real broker's behaviour as the spec reports it; see tests/unit/test
    KIP-848 group, expire only offsets of topics they do not subscribe to (commit time); a group
    without protocol type (no group record, or ``protocolType = ""``) expires from the commit
    time; a v1 value from its absolute ``expireTimestamp``; a key with pending transactional
-   offsets never. Share and streams groups: the spec gives no rule; their offsets do not expire
-   while the group record lives. A record without timestamp (magic 0) cannot be dated: not
-   expiry. Retention: 7 days (the default since 2.0).
+   offsets never. Share and streams groups: the spec gives no rule, so the project's applies
+   (docs/reference-state.md: only a live KIP-848 consumer group or a Stable classic group keeps
+   offsets from expiring): commit time. A record without timestamp (magic 0) cannot be dated:
+   not expiry. Retention: 7 days (the default since 2.0). Where §12.5 is finer than
+   docs/reference-state.md (unsubscribed topics of Stable and KIP-848 groups; pending
+   transactional offsets), the spec is followed.
 6. **Groups** (docs/gold.md "Groups: what Kafka lists"): a group is listed while a metadata
    record lives (the latest of types 2, 3, 11, 17 if several do), else while it has live or
    pending offsets (an offsets-only group: classic, Empty, protocol type ``""``). A listed row
@@ -121,6 +125,7 @@ class LogBatch:
     marker: str | None = None  # "COMMIT" / "ABORT" for a control batch
     marker_offset: int | None = None
     marker_timestamp: int | None = None
+    base_offset: int | None = None  # the batch header's; identifies the batch
 
     @property
     def end(self) -> tuple[int, int | None]:
@@ -163,14 +168,14 @@ def log_batch(partition: int, batch: Any) -> LogBatch | None:
         kind = {0: "ABORT", 1: "COMMIT"}.get(ctype)
         if kind is None:
             return None  # not a transaction marker (§10.8): nothing for the coordinator
-        return LogBatch(partition, True, batch.producer_id, (), kind, r.offset, r.timestamp)
+        return LogBatch(partition, True, batch.producer_id, (), kind, r.offset, r.timestamp, batch.base_offset)
     recs = []
     for r in batch.records:
         d = decode_record(r.key, r.value)
         if not d.ok:
             raise OracleInputError(f"partition {partition} offset {r.offset}: undecodable ({d.reason})")
         recs.append(Rec(r.offset, r.timestamp, d.record_type, d.key, None if d.tombstone else d.value, d.value_version))
-    return LogBatch(partition, batch.is_transactional, batch.producer_id, tuple(recs))
+    return LogBatch(partition, batch.is_transactional, batch.producer_id, tuple(recs), base_offset=batch.base_offset)
 
 
 # -- the model -------------------------------------------------------------------------------------
@@ -203,7 +208,7 @@ class PartitionModel:
                 "group_id": key[0],
                 "topic": key[1],
                 "partition": key[2],
-                **{f: offset_row(rec, rec.offset)[f] for f in offset_row_fields()},
+                **{f: offset_row(rec)[f] for f in offset_row_fields()},
             }
             for pid, by_key in sorted(self.pending.items())
             for key, rec in sorted(by_key.items())
@@ -258,6 +263,7 @@ def apply_batch(model: PartitionModel, batch: LogBatch, retention_ms: int = RETE
             apply_record(model, batch, rec, notes, retention_ms)
     end_offset, end_ts = batch.end
     for key in sorted(notes.touched_keys):
+        model.offsets[key]["state_offset"] = end_offset
         record_history(model, key, end_offset, end_ts)
     update_group_listing(model, notes, end_offset, end_ts)
     model.applied_offset = end_offset
@@ -274,7 +280,7 @@ def apply_record(model: PartitionModel, batch: LogBatch, rec: Rec, notes: _Batch
         elif batch.transactional:
             stage_pending(model, batch.producer_id, key, rec)
         else:
-            apply_commit(model, key, rec, rec.offset)
+            apply_commit(model, key, rec)
             notes.touched_keys.add(key)
         return
     notes.touched_groups.add(rec.group)
@@ -284,7 +290,7 @@ def apply_record(model: PartitionModel, batch: LogBatch, rec: Rec, notes: _Batch
 
 
 # -- §12.1 / §12.2 offsets -------------------------------------------------------------------------
-def offset_row(rec: Rec, state_offset: int) -> dict[str, Any]:
+def offset_row(rec: Rec) -> dict[str, Any]:
     """The committed value of an offset key (§4.1 fields)."""
     v = rec.value
     assert v is not None
@@ -299,7 +305,7 @@ def offset_row(rec: Rec, state_offset: int) -> dict[str, Any]:
         "value_version": rec.version,
         "record_offset": rec.offset,
         "record_timestamp": rec.timestamp,
-        "state_offset": state_offset,
+        "state_offset": None,  # set at the end of the batch (decision 2)
         "deleted": False,
         "deleted_offset": None,
         "deleted_timestamp": None,
@@ -307,10 +313,10 @@ def offset_row(rec: Rec, state_offset: int) -> dict[str, Any]:
     }
 
 
-def apply_commit(model: PartitionModel, key: OffsetKey, rec: Rec, state_offset: int) -> None:
+def apply_commit(model: PartitionModel, key: OffsetKey, rec: Rec) -> None:
     """§12.1: the latest record of a key wins, even when it moves the offset backwards; types 0
     and 1 are one logical key."""
-    model.offsets[key] = offset_row(rec, state_offset)
+    model.offsets[key] = offset_row(rec)
 
 
 def apply_offset_tombstone(
@@ -323,7 +329,6 @@ def apply_offset_tombstone(
     row = dict(before) if before else {f: None for f in offset_row_fields()}
     row.update(
         record_offset=None,
-        state_offset=rec.offset,
         deleted=True,
         deleted_offset=rec.offset,
         deleted_timestamp=rec.timestamp,
@@ -370,7 +375,7 @@ def apply_marker(model: PartitionModel, batch: LogBatch, notes: _BatchNotes) -> 
             continue
         current = model.offsets.get(key)
         if current is None or current["deleted"] or rec.offset > current["record_offset"]:
-            apply_commit(model, key, rec, batch.marker_offset)  # type: ignore[arg-type]
+            apply_commit(model, key, rec)
             notes.touched_keys.add(key)
 
 
@@ -410,7 +415,7 @@ def expiry_base(model: PartitionModel, group: str, topic: str, current: dict[str
     if meta.type == 3:
         return None if topic in kip848_subscribed_topics(model, group) else commit_ts
     if meta.type != CLASSIC:
-        return None  # share and streams: no rule in the spec (decision 5)
+        return commit_ts  # share and streams: no rule in the spec; the project's (decision 5)
     v = meta.value
     assert v is not None
     if v["protocol_type"] == "":
@@ -480,11 +485,17 @@ def learn_topic_names(model: PartitionModel, rec: Rec) -> None:
 
 # -- §12.6 classic generations --------------------------------------------------------------------
 def classic_members(value: dict[str, Any]) -> list[dict[str, Any]]:
-    """§5.1/§6: members of a classic group record, with the consumer-protocol fields decoded."""
+    """§5.1/§6: members of a classic group record, with the consumer-protocol fields decoded.
+
+    Subscribed topics and assigned partitions are None where the bytes are not consumer-protocol
+    bytes (or do not decode); a zero-length consumer assignment is "no assignment" (§6.3): []."""
     out = []
+    consumer = value["protocol_type"] == "consumer"
     for i, m in enumerate(value["members"]):
         sub = m.get("subscription_info")
         asg = m.get("assignment_info")
+        if asg is None and consumer and m.get("assignment") == b"":
+            asg = {"assigned_partitions": []}
         out.append(
             {
                 "member_index": i,
@@ -495,11 +506,9 @@ def classic_members(value: dict[str, Any]) -> list[dict[str, Any]]:
                 "session_timeout_ms": m["session_timeout"],
                 "rebalance_timeout_ms": m.get("rebalance_timeout", -1),
                 "subscribed_topics": list(sub["topics"]) if sub else None,
-                "assigned_partitions": [
-                    {"topic": a["topic"], "partitions": list(a["partitions"])} for a in asg["assigned_partitions"]
-                ]
-                if asg
-                else None,
+                "assigned_partitions": None
+                if asg is None
+                else [{"topic": a["topic"], "partitions": list(a["partitions"])} for a in asg["assigned_partitions"]],
             }
         )
     return out
