@@ -69,7 +69,7 @@ or against a real broker's behaviour as the spec reports it; see tests/unit/test
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -193,6 +193,8 @@ class PartitionModel:
     history: dict[OffsetKey, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
     applied_offset: int | None = None
     topic_names: dict[str, str] = field(default_factory=dict)  # topic id -> name, as the log pairs them
+    # how often each rule decided something (what a test can say its data exercised)
+    counts: Counter[str] = field(default_factory=Counter)
 
     # -- views -----------------------------------------------------------------------------------
     def live_offsets(self) -> dict[OffsetKey, dict[str, Any]]:
@@ -232,7 +234,7 @@ class _BatchNotes:
     """What one batch did, for the rules that look at the batch as a whole."""
 
     group_tombstones: set[str] = field(default_factory=set)  # groups whose metadata record it deleted
-    offset_causes: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))  # group -> causes
+    offset_causes: dict[str, list[Cause]] = field(default_factory=lambda: defaultdict(list))  # group -> causes
     aborted_groups: set[str] = field(default_factory=set)
     touched_keys: set[OffsetKey] = field(default_factory=set)
     touched_groups: set[str] = field(default_factory=set)
@@ -265,7 +267,10 @@ def apply_batch(model: PartitionModel, batch: LogBatch, retention_ms: int = RETE
     for key in sorted(notes.touched_keys):
         model.offsets[key]["state_offset"] = end_offset
         record_history(model, key, end_offset, end_ts)
-    update_group_listing(model, notes, end_offset, end_ts)
+    for group in notes.tombstoned_metadata:
+        if any(k[0] == group and not v["deleted"] for k, v in model.offsets.items()):
+            model.counts["group_record_tombstoned_with_live_offsets"] += 1  # §12.3: they stay
+    update_group_listing(model, notes, first, end_offset, end_ts)
     model.applied_offset = end_offset
 
 
@@ -310,6 +315,8 @@ def offset_row(rec: Rec) -> dict[str, Any]:
         "deleted_offset": None,
         "deleted_timestamp": None,
         "delete_cause": None,
+        "expiry_rule": None,
+        "fallback_cause": None,
     }
 
 
@@ -324,7 +331,7 @@ def apply_offset_tombstone(
 ) -> None:
     """§12.2: a null value deletes the key (kept as a soft delete with its cause); §12.4: it also
     drops pending transactional offsets of that key."""
-    cause = delete_cause(model, key, rec, notes, retention_ms)
+    judged = delete_cause(model, key, rec, notes, retention_ms)
     before = model.offsets.get(key)
     row = dict(before) if before else {f: None for f in offset_row_fields()}
     row.update(
@@ -332,14 +339,22 @@ def apply_offset_tombstone(
         deleted=True,
         deleted_offset=rec.offset,
         deleted_timestamp=rec.timestamp,
-        delete_cause=cause,
+        delete_cause=judged.cause,
+        expiry_rule=judged.expiry_rule,
+        fallback_cause=judged.fallback,
     )
     model.offsets[key] = row
     for by_key in model.pending.values():
-        by_key.pop(key, None)
+        if by_key.pop(key, None) is not None:
+            model.counts["pending_dropped_by_tombstone"] += 1
     model.pending = {pid: by_key for pid, by_key in model.pending.items() if by_key}
-    notes.offset_causes[key[0]].append(cause)
+    notes.offset_causes[key[0]].append(judged)
+    model.counts[f"tombstone:{judged.cause}:{judged.expiry_rule}"] += 1
     notes.touched_keys.add(key)
+
+
+# a deletion: the tombstone, the inferred cause, and how the cause was reached (Cause)
+DELETION_FIELDS = ("deleted", "deleted_offset", "deleted_timestamp", "delete_cause", "expiry_rule", "fallback_cause")
 
 
 def offset_row_fields() -> list[str]:
@@ -372,62 +387,87 @@ def apply_marker(model: PartitionModel, batch: LogBatch, notes: _BatchNotes) -> 
         notes.touched_groups.add(key[0])
         if batch.marker == "ABORT":
             notes.aborted_groups.add(key[0])
+            model.counts["abort_dropped_offset"] += 1
             continue
         current = model.offsets.get(key)
         if current is None or current["deleted"] or rec.offset > current["record_offset"]:
             apply_commit(model, key, rec)
             notes.touched_keys.add(key)
+            model.counts["commit_marker_applied"] += 1
+        else:
+            model.counts["commit_marker_lost_to_later_record"] += 1
 
 
 # -- §12.5 expiry, and the inferred delete cause ---------------------------------------------------
-def delete_cause(model: PartitionModel, key: OffsetKey, rec: Rec, notes: _BatchNotes, retention_ms: int) -> str:
+# §12.5 cases, as recorded with each deletion (``expiry_rule``): which case judged the offset
+UNSUBSCRIBED = "unsubscribed_topic"  # of a Stable consumer-protocol or KIP-848 group: commit time
+
+
+@dataclass(frozen=True)
+class Cause:
+    """An inferred delete cause with how it was reached."""
+
+    cause: str
+    expiry_rule: str  # the §12.5 case that judged the offset
+    fallback: str  # the cause had the offset not expired
+
+
+def delete_cause(model: PartitionModel, key: OffsetKey, rec: Rec, notes: _BatchNotes, retention_ms: int) -> Cause:
     """docs/reference-state.md: expiry if §12.5 allows it, else group deletion if the batch deletes
     the group's metadata record, else an explicit delete (OffsetDelete, topic deletion)."""
-    if could_expire(model, key, rec.timestamp, retention_ms):
-        return "expiry"
-    if key[0] in notes.group_tombstones:
-        return "group_deletion"
-    return "explicit_delete"
+    fallback = "group_deletion" if key[0] in notes.group_tombstones else "explicit_delete"
+    expired, rule = could_expire(model, key, rec.timestamp, retention_ms)
+    return Cause("expiry" if expired else fallback, rule, fallback)
 
 
-def could_expire(model: PartitionModel, key: OffsetKey, now: int | None, retention_ms: int) -> bool:
-    """§12.5: whether the coordinator could have expired this offset at ``now``."""
+def could_expire(model: PartitionModel, key: OffsetKey, now: int | None, retention_ms: int) -> tuple[bool, str]:
+    """§12.5: whether the coordinator could have expired this offset at ``now``, and the case."""
     current = model.offsets.get(key)
-    if now is None or current is None or current["deleted"]:
-        return False
-    if any(key in by_key for by_key in model.pending.values()):
-        return False  # offsets with pending transactional commits are not expired
+    if now is None:
+        return False, "untimed_tombstone"
+    if current is None or current["deleted"]:
+        return False, "no_committed_value"
     group, topic, _ = key
-    base = expiry_base(model, group, topic, current)
+    base, rule = expiry_base(model, group, topic, current)
     if base is None:
-        return False
-    if current["value_version"] == 1 and current["expire_timestamp"] not in (None, -1):
-        return now >= current["expire_timestamp"]  # v1: absolute expiry
-    return now - base >= retention_ms
+        expired = False
+    elif current["value_version"] == 1 and current["expire_timestamp"] not in (None, -1):
+        expired, rule = now >= current["expire_timestamp"], "absolute_v1"  # v1: absolute expiry
+    else:
+        expired = now - base >= retention_ms
+        if rule == "empty_group" and expired != (now - current["commit_timestamp"] >= retention_ms):
+            model.counts["empty_group_clock_decided"] += 1  # the state timestamp, not the commit, decided
+    if any(key in by_key for by_key in model.pending.values()):
+        model.counts["pending_kept_from_expiry"] += expired
+        return False, "pending_transaction"  # offsets with pending transactional commits are not expired
+    return expired, rule
 
 
-def expiry_base(model: PartitionModel, group: str, topic: str, current: dict[str, Any]) -> int | None:
-    """§12.5: the time retention counts from, by the group's state; None: this offset never expires."""
+def expiry_base(model: PartitionModel, group: str, topic: str, current: dict[str, Any]) -> tuple[int | None, str]:
+    """§12.5: the time retention counts from, by the group's state (None: this offset never
+    expires), and the case that says so."""
     commit_ts = current["commit_timestamp"]
     meta = metadata_record(model, group)
     if meta is None:
-        return commit_ts  # no group record: no protocol type
+        return commit_ts, "no_protocol_type"  # no group record
     if meta.type == 3:
-        return None if topic in kip848_subscribed_topics(model, group) else commit_ts
+        if topic in kip848_subscribed_topics(model, group):
+            return None, "subscribed_topic"
+        return commit_ts, UNSUBSCRIBED
     if meta.type != CLASSIC:
-        return commit_ts  # share and streams: no rule in the spec; the project's (decision 5)
+        return commit_ts, "share_or_streams"  # no rule in the spec; the project's (decision 5)
     v = meta.value
     assert v is not None
     if v["protocol_type"] == "":
-        return commit_ts  # no protocol type
-    if not v["members"]:  # Empty
+        return commit_ts, "no_protocol_type"
+    if not v["members"]:
         ts = v.get("current_state_timestamp", -1)
-        return commit_ts if ts in (None, -1) else ts
+        return (commit_ts if ts in (None, -1) else ts), "empty_group"
     subscriptions = [m.get("subscription_info") for m in v["members"]]
     if v["protocol_type"] == "consumer" and all(s is not None for s in subscriptions):
         subscribed = {t for s in subscriptions for t in s["topics"]}  # type: ignore[union-attr]
-        return None if topic in subscribed else commit_ts
-    return None  # Stable without a known subscription: nothing expires
+        return (None, "subscribed_topic") if topic in subscribed else (commit_ts, UNSUBSCRIBED)
+    return None, "stable_without_subscription"  # nothing expires
 
 
 def kip848_subscribed_topics(model: PartitionModel, group: str) -> set[str]:
@@ -456,7 +496,8 @@ def apply_latest_wins(model: PartitionModel, rec: Rec, notes: _BatchNotes) -> No
     live = model.live[rec.group]
     k = record_key(rec)
     if rec.value is None:
-        live.pop(k, None)
+        if live.pop(k, None) is not None and rec.type in MEMBER_TYPES:
+            model.counts["member_record_tombstoned"] += 1
         if rec.type in METADATA_TYPES:
             notes.tombstoned_metadata[rec.group] = rec.type
     else:
@@ -526,6 +567,7 @@ def apply_generation(model: PartitionModel, rec: Rec) -> None:
     v = rec.value
     if current is not None and current["generation"] == v["generation"]:
         current["records"] += 1
+        model.counts["generation_rewritten"] += 1
     else:
         if current is not None:
             current.update(ended_offset=rec.offset, ended_timestamp=rec.timestamp, end_reason="next_generation")
@@ -566,10 +608,7 @@ def record_history(model: PartitionModel, key: OffsetKey, at_offset: int, at_ts:
             "valid_from_timestamp": at_ts,
             "valid_to_offset": None,
             "valid_to_timestamp": None,
-            **{
-                f: state[f]
-                for f in (*offset_row_fields(), "deleted", "deleted_offset", "deleted_timestamp", "delete_cause")
-            },
+            **{f: state[f] for f in (*offset_row_fields(), *DELETION_FIELDS)},
         }
     )
 
@@ -649,21 +688,27 @@ def group_state(model: PartitionModel, group: str, row: dict[str, Any]) -> str |
     return "Stable"
 
 
-def update_group_listing(model: PartitionModel, notes: _BatchNotes, at_offset: int, at_ts: int | None) -> None:
-    """After a batch: list the groups it touched as they are now; rows that stop being listed stay
-    as deleted rows with their cause (decision 6)."""
+def update_group_listing(
+    model: PartitionModel, notes: _BatchNotes, first: int, at_offset: int, at_ts: int | None
+) -> None:
+    """After a batch (``first`` .. ``at_offset``): list the groups it touched as they are now; rows
+    that stop being listed stay as deleted rows with their cause (decision 6)."""
     for group in sorted(notes.touched_groups):
         now = group_view(model, group)
         gone = False
         for (g, protocol), row in list(model.groups.items()):
             if g != group or row["deleted"] or (now is not None and now["protocol"] == protocol):
                 continue
+            why = departure_cause(row, now, group, notes)
             row.update(
                 deleted=True,
-                delete_cause=departure_cause(row, now, group, notes),
+                delete_cause=why.cause,
+                expiry_rule=why.expiry_rule,
+                fallback_cause=why.fallback,
                 record_offset=None,
                 state_offset=at_offset,
                 state_timestamp=at_ts,
+                batch_first_offset=first,
             )
             gone = True
         if now is not None:
@@ -671,37 +716,51 @@ def update_group_listing(model: PartitionModel, notes: _BatchNotes, at_offset: i
                 **now,
                 "deleted": False,
                 "delete_cause": None,
+                "expiry_rule": None,
+                "fallback_cause": None,
                 "state_offset": at_offset,
                 "state_timestamp": at_ts,
+                "batch_first_offset": first,
             }
         elif not gone and group in notes.tombstoned_metadata:
             protocol = METADATA_TYPES[notes.tombstoned_metadata[group]]
             if (group, protocol) not in model.groups:  # its records were compacted away (decision 6)
+                why = metadata_departure_cause(group, notes)
                 model.groups[(group, protocol)] = {
                     "group_id": group,
                     "protocol": protocol,
                     "exists_because": "metadata",
                     "record_offset": None,
                     "deleted": True,
-                    "delete_cause": metadata_departure_cause(group, notes),
+                    "delete_cause": why.cause,
+                    "expiry_rule": why.expiry_rule,
+                    "fallback_cause": why.fallback,
                     "state_offset": at_offset,
                     "state_timestamp": at_ts,
+                    "batch_first_offset": first,
                 }
 
 
-def departure_cause(row: dict[str, Any], now: dict[str, Any] | None, group: str, notes: _BatchNotes) -> str:
+def departure_cause(row: dict[str, Any], now: dict[str, Any] | None, group: str, notes: _BatchNotes) -> Cause:
     if now is not None and now["exists_because"] == "metadata":
-        return "converted"
+        return Cause("converted", "", "converted")
     if row["exists_because"] == "offsets":
         causes = notes.offset_causes.get(group)
         if causes:
             return causes[-1]
-        return "transaction_aborted" if group in notes.aborted_groups else "explicit_delete"
+        gone = "transaction_aborted" if group in notes.aborted_groups else "explicit_delete"
+        return Cause(gone, "", gone)
     return metadata_departure_cause(group, notes)
 
 
-def metadata_departure_cause(group: str, notes: _BatchNotes) -> str:
-    return "expiry" if "expiry" in notes.offset_causes.get(group, []) else "group_deletion"
+def metadata_departure_cause(group: str, notes: _BatchNotes) -> Cause:
+    """A group record that went: expiry when an offset of the group expired in the batch."""
+    rules = {c.expiry_rule for c in notes.offset_causes.get(group, []) if c.cause == "expiry"}
+    if not rules:
+        return Cause("group_deletion", "", "group_deletion")
+    if rules == {UNSUBSCRIBED}:
+        return Cause("expiry", UNSUBSCRIBED, "group_deletion")
+    return Cause("expiry", "", "expiry")
 
 
 # -- §12.7 KIP-848 members -------------------------------------------------------------------------
