@@ -445,11 +445,12 @@ class PartitionReplay:
                 if key not in self.key_handle:
                     self.key_handle[key] = ev0 + k
                 prev = self._drop_live(key)
+                pending = False
                 for pid, pend in self.pending.items():
                     if key in pend:
                         self._unpend(pid, key)
-                        self.pending_changed = True
-                cause = self._cause(key[0], c["timestamp_ms"][k], prev, tomb_groups)
+                        self.pending_changed = pending = True
+                cause = self._cause(key[0], c["timestamp_ms"][k], prev, tomb_groups, pending)
                 self.dead[key] = (c["record_offset"][k], c["timestamp_ms"][k], cause, prev)
                 causes[key[0]] = cause
                 dirty[key] = None
@@ -543,12 +544,13 @@ class PartitionReplay:
                     gone[g] = causes.get(g, "transaction_aborted")
         return gone
 
-    def _cause(self, group: str, ts: int | None, prev: int | None, tomb_groups: set[str]) -> str:
+    def _cause(self, group: str, ts: int | None, prev: int | None, tomb_groups: set[str], pending: bool) -> str:
         """Why an offset was deleted (docs/reference-state.md): expiry when its retention had
-        elapsed at the tombstone's time, a group deletion when the group's record went in the same
-        batch, else an explicit delete (OffsetDelete, topic deletion)."""
+        elapsed at the tombstone's time (never while the key had pending transactional offsets),
+        a group deletion when the group's record went in the same batch, else an explicit delete
+        (OffsetDelete, topic deletion)."""
         fallback = "group_deletion" if group in tomb_groups else "explicit_delete"
-        if prev is None or ts is None:
+        if prev is None or ts is None or pending:
             return fallback
         expire = self.v_expire[prev]
         if self.v_version[prev] == 1 and expire is not None and expire >= 0:

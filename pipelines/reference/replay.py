@@ -199,9 +199,10 @@ class Replay:
         okey = _offset_key(e.key)  # type: ignore[arg-type]
         if e.value is None:
             previous = st.drop_offset(okey)
+            pending = False
             for pend in st.pending.values():
-                pend.pop(okey, None)
-            cause = self._cause(okey, e, previous, group_tombstones)
+                pending = pend.pop(okey, None) is not None or pending
+            cause = self._cause(okey, e, previous, group_tombstones, pending)
             st.deleted_offsets[okey] = Deleted(
                 e.partition, e.offset, e.timestamp, cause, previous.value if previous else None
             )
@@ -225,13 +226,15 @@ class Replay:
                 st.set_offset(okey, entry)
                 st.deleted_offsets.pop(okey, None)
 
-    def _cause(self, okey: tuple[str, str, int], e: Entry, prev: Committed | None, tombstoned: set[str]) -> str:
+    def _cause(
+        self, okey: tuple[str, str, int], e: Entry, prev: Committed | None, tombstoned: set[str], pending: bool
+    ) -> str:
         # Expiry first: when the coordinator expires the last offsets of an empty classic
         # group it tombstones the group in the same batch, which is not an admin deletion.
         group = okey[0]
         fallback = "group_deletion" if group in tombstoned else "explicit_delete"
-        if prev is None or e.timestamp is None:
-            return fallback
+        if prev is None or e.timestamp is None or pending:
+            return fallback  # spec 12.5: an offset with pending transactional offsets never expires
         if prev.value_version == 1 and prev.value.get("expire_timestamp", -1) >= 0:
             return "expiry" if e.timestamp >= prev.value["expire_timestamp"] else fallback
         base = prev.value.get("commit_timestamp", 0)

@@ -1,12 +1,14 @@
 """Gold equals the generator's expected state (its independent intent, checked by the reference
 replay when it was generated) through a first run, an incremental run and late data (earlier
 segments arriving after later ones recompute the partition). Re-running changes nothing. History
-and marts are checked against derivations that do not use gold (tests/spark/gold_marts_check.py)."""
+and marts are checked against derivations that do not use gold (tests/spark/gold_marts_check.py), and
+every gold table against the spec oracle (tests/support/spec_oracle.py)."""
 
 from __future__ import annotations
 
 import json
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,8 @@ from pipelines.reference.replay import iter_batches, replay_paths
 from pipelines.runtime.config import SegmentsSource
 from pipelines.silver.ingest import run_silver
 from tests.spark import gold_marts_check as independent
+from tests.support.oracle_compare import GOLD_SECTIONS, compare_with_gold
+from tests.support.spec_oracle import oracle_of_files
 
 
 @pytest.fixture(scope="module")
@@ -233,6 +237,9 @@ def test_runs_over_slices_end_in_the_expected_state(spark, tables, generated, tm
     check_history_as_of(spark, generated)
     check_group_tables(spark, generated)
     check_marts(spark, generated)
+    # the spec oracle, which shares no code with gold or the reference replay: every table the
+    # retention does not purge (current_offsets loses its old soft deletes) after the three runs
+    check_against_oracle(spark, tables, generated, [t for t in GOLD_SECTIONS if t != "current_offsets"])
     # a gold table laid out by an older version (partitioned by cluster only: it cannot take this
     # version's partition overwrites) makes the next run drop gold and rebuild it from silver; that
     # full refresh, without a retention, brings the purged soft deletes back (and nothing else)
@@ -247,6 +254,26 @@ def test_runs_over_slices_end_in_the_expected_state(spark, tables, generated, tm
     assert rebuilt.mode == "full refresh" and rebuilt.partitions_recomputed == 4
     assert lake.partition_columns(spark, path) == ["cluster", "offsets_partition"]
     assert gold(spark, tables) == {**want, "deleted": all_deleted}
+    check_against_oracle(spark, tables, generated, list(GOLD_SECTIONS))  # the rebuild: every table
+
+
+def check_against_oracle(spark, tables, root: Path, names: list[str]) -> None:
+    """Gold's tables equal the spec oracle's model of the log (tests/support/oracle_compare.py),
+    field by field, on rows present on both sides."""
+    rows = {}
+    for t in names:
+        rows[t] = [r.asDict(recursive=True) for r in spark.read.format("delta").load(tables.path("gold", t)).collect()]
+    cmp = compare_with_gold(oracle_of_files([root]), rows, cluster_name="c1", tables=names)
+    assert not cmp.differences, cmp.report()
+    kinds = ("gold keeps it live beside", "the same batch", "§12.5", "null for no members")
+    assert all(any(k in a for k in kinds) for a in cmp.accepted), cmp.accepted
+    assert cmp.rows["offset_history"] >= 2_000 and cmp.rows["group_generations"] >= 100, cmp.rows
+    assert cmp.rows["current_groups"] >= 15 and cmp.rows["consumer_group_members"] >= 5, cmp.rows
+    assert cmp.rows["pending_transactions"] >= 5, cmp.rows
+    if "current_offsets" in names:
+        assert cmp.rows["current_offsets"] >= 100, cmp.rows
+    causes = Counter(r["delete_cause"] for r in rows["offset_history"] if r["deleted"])
+    assert min(causes[c] for c in ("expiry", "group_deletion", "explicit_delete")) >= 5, causes
 
 
 # the generated log's last deletions happen seconds before its end: 4 s purges them

@@ -446,6 +446,34 @@ def test_offsets_only_group_rows() -> None:
     )
 
 
+def test_offset_with_pending_transactional_offsets_is_never_expired() -> None:
+    """Spec 12.5: the coordinator does not expire an offset while its key has pending transactional
+    offsets, so a tombstone of such a key is no expiry, however old the commit."""
+    day = 86_400_000
+    commit = {"group_id": "g", "topic": "t", "partition": 0, "record_type": 1, "committed_offset": 5}
+    commit |= {"leader_epoch": -1, "metadata": "", "commit_timestamp": 1000, "expire_timestamp": -1}
+    txn = commit | {"committed_offset": 42, "transactional": True, "producer_id": 7}
+    tomb = {"group_id": "g", "topic": "t", "partition": 0, "record_type": 1, "timestamp_ms": 1000 + 8 * day}
+    abort = {"transactional": True, "producer_id": 7, "control_type_id": 0}
+    for events, cause in (
+        (
+            [_ev(0, ge.COMMIT, **commit), _ev(1, ge.COMMIT, **txn), _ev(2, ge.OFFSET_TOMBSTONE, **tomb)],
+            "explicit_delete",
+        ),
+        (
+            [
+                _ev(0, ge.COMMIT, **commit),
+                _ev(1, ge.COMMIT, **txn),
+                _ev(2, ge.MARKER, **abort),
+                _ev(3, ge.OFFSET_TOMBSTONE, **tomb),
+            ],
+            "expiry",  # aborted: nothing pending any more
+        ),
+    ):
+        [row] = Lake().run(0, events).tables["current_offsets"].to_pylist()
+        assert (row["deleted"], row["delete_cause"]) == (True, cause)
+
+
 def test_event_columns_match_the_gold_declarations() -> None:
     """The event frame's value columns have the types of the gold columns they are written to."""
     from pipelines.runtime.ddl import arrow_type

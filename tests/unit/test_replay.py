@@ -104,6 +104,17 @@ def test_deletion_causes() -> None:
     assert r.snapshot()["deleted_offsets"] == [] and committed(r) == 6
 
 
+def test_offset_with_pending_transactional_offsets_is_never_expired() -> None:
+    """Spec 12.5: the coordinator does not expire an offset while its key has pending transactional
+    offsets, so a tombstone of such a key is no expiry, however old the commit."""
+    day = 86_400_000
+    r = run([commit(0, 5, ts=1000)], [commit(1, 42, ts=1000, pid=7, txn=True)], [tombstone(2, ts=1000 + 8 * day)])
+    assert r.snapshot()["deleted_offsets"][0]["cause"] == "explicit_delete"
+    r = run([commit(0, 5, ts=1000)], [commit(1, 42, ts=1000, pid=7, txn=True)], [marker(2, 7, False)])
+    r.apply_batch([tombstone(3, ts=1000 + 8 * day)])  # aborted: nothing pending any more
+    assert r.snapshot()["deleted_offsets"][0]["cause"] == "expiry"
+
+
 def test_classic_group_state_and_deletion() -> None:
     value = {
         "protocol_type": "consumer",

@@ -1,0 +1,29 @@
+"""Generated logs shared by the oracle's unit tests: each seed is generated once per process."""
+
+from __future__ import annotations
+
+import atexit
+import shutil
+import tempfile
+from functools import cache
+from pathlib import Path
+
+from pipelines.generate import generate
+
+SEEDS = (1, 5, 6)  # together: every delete cause in history, conversions, groups listed twice
+RECORDS = 20_000
+
+
+@cache
+def _root() -> Path:
+    root = Path(tempfile.mkdtemp(prefix="oracle-logs-"))
+    atexit.register(shutil.rmtree, root, True)
+    return root
+
+
+@cache
+def generated(seed: int, records: int = RECORDS) -> Path:
+    """``offsets-lakehouse generate`` output for ``seed`` (log files and expected-state.json)."""
+    out = _root() / f"seed-{seed}-{records}"
+    generate(out, records, seed=seed)
+    return out
