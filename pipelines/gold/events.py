@@ -221,30 +221,29 @@ def _events(rows: pa.Table, source: Source, members: pa.Array | None) -> pa.Tabl
 
 def _members(groups: pa.Table, members: pa.Table | None) -> pa.Array:
     """Per group record, its members (ordered by member index) as group_generations keeps them;
-    null for a record without member rows."""
+    an empty list for a record without members (an Empty group)."""
     typ = _EVENT_TYPES["members"]
     offsets = groups.column("record_offset").to_numpy(zero_copy_only=False)
-    if members is None or not members.num_rows:
-        return pa.nulls(len(offsets), typ)
-    members = members.sort_by([("record_offset", "ascending"), ("member_index", "ascending")])
-    at = members.column("record_offset").to_numpy(zero_copy_only=False)
-    uniq, first, count = np.unique(at, return_index=True, return_counts=True)
-    i = np.clip(np.searchsorted(uniq, offsets), 0, len(uniq) - 1)
-    found = uniq[i] == offsets
-    if not found.any():
-        return pa.nulls(len(offsets), typ)
-    lengths = np.where(found, count[i], 0)
-    # the member rows of each group record in turn: its first member's index, then the next ones
-    own = lengths[found]
-    before = np.concatenate([[0], np.cumsum(own)[:-1]])
-    take = np.repeat(first[i][found] - before, own) + np.arange(own.sum())
+    lengths = np.zeros(len(offsets), np.int64)
+    take = np.zeros(0, np.int64)
+    if members is not None and members.num_rows:
+        members = members.sort_by([("record_offset", "ascending"), ("member_index", "ascending")])
+        at = members.column("record_offset").to_numpy(zero_copy_only=False)
+        uniq, first, count = np.unique(at, return_index=True, return_counts=True)
+        i = np.clip(np.searchsorted(uniq, offsets), 0, len(uniq) - 1)
+        found = uniq[i] == offsets
+        lengths = np.where(found, count[i], 0)
+        # the member rows of each group record in turn: its first member's index, then the next ones
+        own = lengths[found]
+        before = np.concatenate([[0], np.cumsum(own)[:-1]])
+        take = np.repeat(first[i][found] - before, own) + np.arange(own.sum())
+    source = members if members is not None else pa.table({c: pa.nulls(0) for c in _MEMBER_STRUCT})
     struct = pa.StructArray.from_arrays(
-        [members.column(c).combine_chunks().take(pa.array(take, pa.int64())) for c in _MEMBER_STRUCT],
+        [source.column(c).combine_chunks().take(pa.array(take, pa.int64())) for c in _MEMBER_STRUCT],
         names=list(_MEMBER_STRUCT),
     )
-    bounds = pa.array(np.r_[0, np.cumsum(lengths)], pa.int32())
-    listed = pa.ListArray.from_arrays(bounds, struct, mask=pa.array(~found))
-    return listed.cast(typ)
+    bounds = pa.array(np.concatenate([[0], np.cumsum(lengths)]), pa.int32())
+    return pa.ListArray.from_arrays(bounds, struct).cast(typ)
 
 
 # -- the plan's fallback scan, on Spark -------------------------------------------------------------------

@@ -107,16 +107,8 @@ def same_batch(field: str, ours: dict[str, Any], theirs: dict[str, Any]) -> str 
     return None
 
 
-def no_members(field: str, ours: dict[str, Any], theirs: dict[str, Any]) -> str | None:
-    """Spark's gold writes null, not [], as the members of a generation whose last record has
-    none (pipelines/gold/events.py joins silver.group_members, which has no rows for it)."""
-    if field == "members" and ours.get(field) == [] and theirs.get(field) is None and theirs.get("member_count") == 0:
-        return "null for no members"
-    return None
-
-
 def gold_accepts(field: str, ours: dict[str, Any], theirs: dict[str, Any]) -> str | None:
-    return narrower_expiry(field, ours, theirs) or same_batch(field, ours, theirs) or no_members(field, ours, theirs)
+    return narrower_expiry(field, ours, theirs) or same_batch(field, ours, theirs)
 
 
 # -- the oracle in the vocabulary of expected-state.json -------------------------------------------
