@@ -10,9 +10,12 @@ import random
 from collections import Counter
 from pathlib import Path
 
+import cramjam
 import pytest
 
 from pipelines.codec.columnar_reader import BATCH_SCHEMA, LogColumns, iter_log_columns, read_log_columns
+from pipelines.codec.compression import LZ4, ZSTD, compress, decompress
+from pipelines.codec.errors import DecodeError
 from pipelines.codec.reader import Batch, BytesSource, ReadIssue, Record, find_batch_start, iter_log
 from pipelines.codec.records import encode_key, encode_value
 from pipelines.codec.segments import discover
@@ -135,3 +138,43 @@ def test_records_of_every_length_class() -> None:
     records.append(Record(len(records), 5, None, b"no key"))
     data = b"".join(encode_v2_batch(records[i : i + 3], codec=i % 2) for i in range(0, len(records), 3))
     assert_same(read_log_columns(data), list(iter_log(data)))
+
+
+def cramjam_only(codec: int, data: bytes) -> bytes | None:
+    """What compression.decompress returned for an lz4 or zstd records section before its faster
+    first tries (cramjam alone); None where cramjam raises."""
+    try:
+        return bytes(cramjam.lz4.decompress(data) if codec == LZ4 else cramjam.zstd.decompress(data))
+    except cramjam.DecompressionError:
+        return None
+
+
+def test_lz4_and_zstd_fast_paths_equal_cramjam() -> None:
+    """python-zstandard and lz4.frame are tried first (faster per call); whatever they return must be
+    what cramjam returns, on whole frames and on frames cut, extended, doubled or with bytes changed."""
+    rng = random.Random(12)
+    compared = Counter()
+    for codec in (LZ4, ZSTD):
+        for case in range(600):
+            payload = rng.randbytes(rng.choice([0, 1, 50, 3000, 70_000])) if case % 3 else b"abc" * rng.randrange(5000)
+            frame = compress(codec, payload)
+            variants = [
+                frame,
+                frame + frame,
+                frame + rng.randbytes(rng.randrange(1, 9)),
+                frame[: rng.randrange(len(frame))],
+            ]
+            damaged = bytearray(frame)
+            for _ in range(rng.randrange(1, 4)):
+                damaged[rng.randrange(len(damaged))] = rng.randrange(256)
+            variants.append(bytes(damaged))
+            for data in variants:
+                expected = cramjam_only(codec, data)
+                try:
+                    got: bytes | None = decompress(codec, data)
+                except DecodeError:
+                    got = None
+                assert got == expected, (codec, case, len(data))
+                compared[codec, expected is None] += 1
+    # both outcomes, for both codecs, many times each
+    assert min(compared[c, failed] for c in (LZ4, ZSTD) for failed in (False, True)) > 200, compared
