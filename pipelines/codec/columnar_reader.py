@@ -24,6 +24,7 @@ import struct
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import crc32c
 import numpy as np
@@ -181,17 +182,17 @@ def read_log_columns(
 
 # -- one chunk -------------------------------------------------------------------------------------------------
 @dataclass
-class _Records:
-    """Records of some entries of a chunk: each one's entry number and index in it, and columns."""
+class _Spans:
+    """Records of some entries of a chunk: each one's entry number and index in it, its fields, and
+    where its key and value are in the chunk's records buffer (start, stop, null)."""
 
     entry: np.ndarray
     index: np.ndarray
     offset: np.ndarray  # int64
     timestamp: np.ndarray  # int64
     timestamp_null: np.ndarray  # bool
-    key: pa.Array
-    value: pa.Array
-    headers: pa.Array
+    key: tuple[np.ndarray, np.ndarray, np.ndarray]
+    value: tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 @dataclass
@@ -199,18 +200,21 @@ class _Framed:
     """What a vectorised parser read: the entries it read completely, and their records."""
 
     entries: np.ndarray
-    records: _Records
+    records: _Spans
+
+
+# Bytes after the records buffer: reads a few varints past a damaged record's end stay inside it.
+_PAD = bytes(64)
+_GAP = b"\x00"
 
 
 def _decode_chunk(buf: bytes, base: int, positions: list[int], verify_crc: bool) -> LogColumns:
     data = ByteBuffer(buf)
-    arrow_buf = pa.py_buffer(buf)
     pos = np.array(positions, np.int64)
     size = data.read(">i4", pos + 8).astype(np.int64)
     magic = data.read("i1", pos + 16).astype(np.int64)
     header = {name: data.read(dtype, pos + at).astype(np.int64) for name, (at, dtype) in _V2_FIELDS.items()}
     header["magic"] = magic
-    framed = []
 
     v2 = np.flatnonzero(magic == 2)
     if verify_crc:
@@ -218,16 +222,31 @@ def _decode_chunk(buf: bytes, base: int, positions: list[int], verify_crc: bool)
     v2 = v2[header["records_count"][v2] >= 0]
     compressed = (header["attributes"][v2] & 0x07) != 0
     plain = v2[~compressed]
-    plain_start = pos[plain] + V2_HEADER
-    plain_end = pos[plain] + LOG_OVERHEAD + size[plain]
-    framed.append(_frame_v2(data, arrow_buf, plain, plain_start, plain_end, header))
-    inflated, body, body_start, body_end = _decompress_all(buf, v2[compressed], pos, size, header["attributes"])
-    framed.append(_frame_v2(ByteBuffer(body), pa.py_buffer(body), inflated, body_start, body_end, header))
+    inflated, bodies = _decompress_all(buf, v2[compressed], pos, size, header["attributes"])
+    legacy_entries = np.flatnonzero((magic == 0) | (magic == 1))
+    legacy = _read_messages(data, buf, pos[legacy_entries], verify_crc)  # plain messages and wrappers at once
+    inners, inner_starts, inner_owner = _inflate_wrappers(buf, legacy)
 
-    legacy = np.flatnonzero((magic == 0) | (magic == 1))
-    wrapped = (data.read("u1", pos[legacy] + 17) & 0x07) != 0
-    framed.append(_frame_plain_legacy(buf, data, legacy[~wrapped], pos, header, verify_crc))
-    framed.append(_frame_legacy_wrappers(buf, data, legacy[wrapped], pos, header, verify_crc))
+    # one buffer for every record's bytes: the chunk, then the decompressed sections, then the
+    # wrappers' messages (a byte between regions: a span ending one region never starts the next)
+    records_buf = b"".join([buf, _GAP, *bodies, _GAP, *inners, _PAD])
+    records = ByteBuffer(records_buf)
+    body_length = np.array([len(b) for b in bodies], np.int64)
+    body_end = len(buf) + len(_GAP) + np.cumsum(body_length)
+    body_start = body_end - body_length
+    inner_base = len(buf) + len(_GAP) + int(body_length.sum()) + len(_GAP)
+    framed = [
+        _frame_v2(
+            records,
+            np.concatenate([plain, inflated]),
+            np.concatenate([pos[plain] + V2_HEADER, body_start]),
+            np.concatenate([pos[plain] + LOG_OVERHEAD + size[plain], body_end]),
+            header,
+        ),
+        *_frame_legacy(
+            records, records_buf, legacy_entries, legacy, inner_base + inner_starts, inner_owner, header, verify_crc
+        ),
+    ]
 
     done = np.zeros(len(pos), bool)
     for part in framed:
@@ -242,25 +261,25 @@ def _decode_chunk(buf: bytes, base: int, positions: list[int], verify_crc: bool)
             reference.append((i, item))
             for name, value in _batch_header(item).items():
                 header[name][i] = value
-    records = [part.records for part in framed] + [_reference_records(reference)]
     issues = [item for item in results if isinstance(item, ReadIssue)]
-    return _assemble(base + pos, LOG_OVERHEAD + size, header, is_batch, records, issues)
+    spans = [part.records for part in framed]
+    boundaries = [len(buf) + len(_GAP), inner_base, len(records_buf)]  # where the regions of records_buf start
+    return _assemble(
+        base + pos, LOG_OVERHEAD + size, header, is_batch, spans, records_buf, boundaries, reference, issues
+    )
 
 
 def _crc32c_matches(buf: bytes, pos: np.ndarray, size: np.ndarray, stored: np.ndarray) -> np.ndarray:
     """CRC-32C of each v2 batch from its attributes to its end (one C call per batch) against the stored one."""
-    view = memoryview(buf)
-    starts = (pos + 21).tolist()
-    ends = (pos + LOG_OVERHEAD + size).tolist()
-    computed = np.fromiter((crc32c.crc32c(view[a:b]) for a, b in zip(starts, ends, strict=True)), np.int64, len(starts))
+    slices = map(slice, (pos + 21).tolist(), (pos + LOG_OVERHEAD + size).tolist())
+    computed = np.fromiter(map(crc32c.crc32c, map(memoryview(buf).__getitem__, slices)), np.int64, len(pos))
     return computed == stored
 
 
 def _decompress_all(
     buf: bytes, entries: np.ndarray, pos: np.ndarray, size: np.ndarray, attributes: np.ndarray
-) -> tuple[np.ndarray, bytes, np.ndarray, np.ndarray]:
-    """The records sections of compressed v2 batches, decompressed one after the other into one buffer:
-    (entries that decompressed, the buffer, each one's start and end in it)."""
+) -> tuple[np.ndarray, list[bytes]]:
+    """The records sections of compressed v2 batches, decompressed: (entries that decompressed, their sections)."""
     bodies, kept = [], []
     starts = (pos[entries] + V2_HEADER).tolist()
     ends = (pos[entries] + LOG_OVERHEAD + size[entries]).tolist()
@@ -271,146 +290,143 @@ def _decompress_all(
         except DecodeError:
             continue  # the reference reports it
         kept.append(i)
-    lengths = np.array([len(b) for b in bodies], np.int64)
-    ends = np.cumsum(lengths)
-    return np.array(kept, np.int64), b"".join(bodies), ends - lengths, ends
+    return np.array(kept, np.int64), bodies
 
 
 # -- v2 records, vectorised ------------------------------------------------------------------------------------
+def _varint_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For every two bytes (little-endian u16) at a varint's start: its size if it fits in them (0: longer),
+    its zig-zag value, and a record's total size when the varint is its length (0: not a record's)."""
+    pair = np.arange(1 << 16, dtype=np.int64)
+    low, high = pair & 0xFF, pair >> 8
+    one, two = low < 0x80, (low >= 0x80) & (high < 0x80)
+    raw = np.where(one, low, (low & 0x7F) | (high << 7))
+    size = np.where(one, 1, np.where(two, 2, 0))
+    value = (raw >> 1) ^ -(raw & 1)
+    record = np.where((size > 0) & (value >= 6), size + value, 0)  # a record body has six bytes at least
+    return size, value, record
+
+
+_VARINT_SIZE, _VARINT_VALUE, _RECORD_SIZE = _varint_tables()
+
+
 def _record_bounds(
     data: ByteBuffer, rstart: np.ndarray, rend: np.ndarray, count: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Record i of every batch at once, i = 0, 1, ...: (batch ok, each record's batch, index, body start, body end).
+    """Record i of every batch at once, i = 0, 1, ...: (batch ok, each record's batch, index, start, end).
 
     A record is a zig-zag varint length and that many bytes; the batches are sorted by record
     count, so the batches that still have an i-th record are a prefix. This loop runs once per
-    record index of the longest batch, so it is kept to a few operations: lengths of one or two
-    varint bytes (records up to 8191 bytes) from one gather, longer ones apart.
+    record index of the longest batch, so it is kept to a few operations: a table gives the size
+    of a record whose length takes one or two varint bytes (up to 8191 bytes), longer ones apart.
     """
     order = np.argsort(-count, kind="stable")
     descending = count[order]
-    pos = rstart[order].copy()
     end = rend[order]
     ok = np.ones(len(order), bool)
     rounds = int(descending[0]) if len(descending) else 0
-    active = np.searchsorted(-descending, -np.arange(rounds), side="left")  # batches with more than i records
+    active = np.searchsorted(-descending, -np.arange(rounds + 1), side="left")  # batches with more than i records
     pairs = data.window("<u2")
-    last = len(pairs) - 1
-    body_start, body_end = [], []
+    at = rstart[order]
+    stopped = at.copy()  # where each batch's last record ends
+    starts, stops = [], []
     for i in range(rounds):
-        at, limit = pos[: active[i]], end[: active[i]]
-        pair = pairs[np.minimum(at, last)].astype(np.int64)
-        low = pair & 0xFF
-        two = low >= 0x80
-        raw = np.where(two, (low & 0x7F) | ((pair >> 8) & 0x7F) << 7, low)
-        length = (raw >> 1) ^ -(raw & 1)
-        body = at + 1 + two
-        longer = np.flatnonzero(two & (pair >= 0x8000))  # records of 8 KiB and more: rare
-        if longer.size:
-            raw_long, used, read_ok = data.uvarint(at[longer], limit[longer], 10)
-            length[longer] = np.where(read_ok, zigzag(raw_long), -1)
-            body[longer] = at[longer] + used
-        good = (length >= 6) & (length <= limit - body)  # the reference's bound, without overflow
-        stop = body + np.where(good, length, 0)
-        if not good.all():
-            ok[: active[i]] &= good
-            stop = np.where(good, stop, limit)  # a bad batch stops reading
-        body_start.append(body)
-        body_end.append(stop)
-        pos[: active[i]] = stop
-    ok &= pos == end  # records fill the section exactly
+        at = at[: active[i]]
+        step = _RECORD_SIZE[pairs[at]]
+        following = at + step
+        bad = (step == 0) | (following > end[: active[i]])
+        if bad.any():
+            following = _long_records(data, at, following, end[: active[i]], ok, np.flatnonzero(bad))
+        starts.append(at)
+        stops.append(following)
+        stopped[active[i + 1] : active[i]] = following[active[i + 1] :]
+        at = following
+    ok &= stopped == end  # records fill the section exactly
     batch_ok = np.empty(len(order), bool)
     batch_ok[order] = ok
     if not rounds:
         return batch_ok, *(np.zeros(0, np.int64) for _ in range(4))
-    batch = np.concatenate([order[:n] for n in active.tolist()])
-    index = np.repeat(np.arange(rounds), active)
-    return batch_ok, batch, index, np.concatenate(body_start), np.concatenate(body_end)
+    batch = np.concatenate([order[:n] for n in active[:-1].tolist()])
+    index = np.repeat(np.arange(rounds), active[:-1])
+    return batch_ok, batch, index, np.concatenate(starts), np.concatenate(stops)
 
 
-class _FieldReader:
-    """Sequential varint fields of many records at once; a field that does not fit fails its record."""
-
-    def __init__(self, data: ByteBuffer, pos: np.ndarray, end: np.ndarray) -> None:
-        self.data = data
-        self.pos = pos
-        self.end = end
-        self.ok = np.ones(len(pos), bool)
-
-    def varint(self) -> np.ndarray:
-        """Zig-zag varints; most record fields take one byte, the others are read apart."""
-        first = self.data.read("u1", self.pos).astype(np.int64)
-        value = (first >> 1) ^ -(first & 1)
-        used = np.ones(len(first), np.int64)
-        self.ok &= self.pos < self.end
-        longer = np.flatnonzero(first >= 0x80)
-        if longer.size:
-            raw, used[longer], ok = self.data.uvarint(self.pos[longer], self.end[longer], 10)
-            value[longer] = zigzag(raw)
-            self.ok[longer] &= ok
-        self.pos = self.pos + used
-        return value
-
-    def span(self, length: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(start, stop, null) of the bytes a length field announces; -1 = null."""
-        null = length == -1
-        self.ok &= length >= -1
-        length = np.where(length > 0, length, 0)
-        self.ok &= length <= self.end - self.pos
-        start = self.pos
-        self.pos = start + np.where(self.ok, length, 0)
-        return start, self.pos, null
+def _long_records(
+    data: ByteBuffer, at: np.ndarray, following: np.ndarray, end: np.ndarray, ok: np.ndarray, rows: np.ndarray
+) -> np.ndarray:
+    """Where the records at ``at[rows]`` end, read with a varint of any size (records of 8 KiB and more,
+    or damage): a record that does not fit fails its batch, which then stops there."""
+    raw, used, read_ok = data.uvarint(at[rows], end[rows], 10)
+    length = zigzag(raw)
+    good = read_ok & (length >= 6) & (length <= end[rows] - at[rows] - used)  # without overflow
+    following = following.copy()
+    following[rows] = np.where(good, at[rows] + used + np.where(good, length, 0), end[rows])
+    ok[rows[~good]] = False
+    return following
 
 
-def _frame_v2(
-    data: ByteBuffer,
-    arrow_buf: pa.Buffer,
-    entries: np.ndarray,
-    rstart: np.ndarray,
-    rend: np.ndarray,
-    header: dict[str, np.ndarray],
-) -> _Framed:
+def _varints(data: ByteBuffer, pairs: np.ndarray, pos: np.ndarray, ok: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Zig-zag varints at ``pos``: (values, positions after them); one of more than ten bytes fails its row."""
+    pair = pairs[pos]
+    size = _VARINT_SIZE[pair]
+    value = _VARINT_VALUE[pair]
+    longer = np.flatnonzero(size == 0)  # three bytes or more: rare but for timestamp deltas
+    if longer.size:
+        raw, size[longer], read_ok = data.uvarint(pos[longer], pos[longer] + 10, 10)
+        value[longer] = zigzag(raw)
+        ok[longer] &= read_ok
+    return value, pos + size
+
+
+def _span(length: np.ndarray, pos: np.ndarray, end: np.ndarray, ok: np.ndarray) -> tuple[tuple, np.ndarray]:
+    """((start, stop, null), position after it) of the bytes a length announces (-1: null); not fitting fails."""
+    null = length == -1
+    ok &= length >= -1
+    fits = length <= end - pos
+    ok &= fits
+    stop = pos + np.where(fits & (length > 0), length, 0)
+    return (pos, stop, null), stop
+
+
+def _frame_v2(data: ByteBuffer, entries: np.ndarray, rstart: np.ndarray, rend: np.ndarray, header: dict) -> _Framed:
     count = header["records_count"][entries]
     fits = count <= (rend - rstart) // _MIN_RECORD  # more records than bytes allow: the reference reports it
     entries, rstart, rend, count = entries[fits], rstart[fits], rend[fits], count[fits]
-    batch_ok, batch, index, body_start, body_end = _record_bounds(data, rstart, rend, count)
-    # from round order to file order (the batches are in file order), which the spans need
-    in_order = _inverse(_first_of_each(count)[batch] + index)
-    keep = batch_ok[batch[in_order]]
-    in_order = in_order[keep]
-    batch, index, body_start, body_end = batch[in_order], index[in_order], body_start[in_order], body_end[in_order]
+    batch_ok, batch, index, start, stop = _record_bounds(data, rstart, rend, count)
 
-    fields = _FieldReader(data, body_start + 1, body_end)  # + 1: the attributes byte, unused
-    ts_delta = fields.varint()
-    offset_delta = fields.varint()
-    key_start, key_stop, key_null = fields.span(fields.varint())
-    fields.ok &= fields.pos < fields.end
-    value_start, value_stop, value_null = fields.span(fields.varint())
-    fields.ok &= fields.pos < fields.end
-    fields.ok &= data.read("u1", fields.pos) == 0  # no headers: records with headers go to the reference
-    fields.ok &= fields.pos + 1 == fields.end
+    # the fields of every record (in round order); a position only grows, so a record whose
+    # fields run past its end ends elsewhere than its end and fails the last check
+    pairs = data.window("<u2")
+    ok = np.ones(len(start), bool)
+    _, pos = _varints(data, pairs, start, ok)  # the length, checked by _record_bounds
+    ts_delta, pos = _varints(data, pairs, pos + 1, ok)  # + 1: the attributes byte, unused
+    offset_delta, pos = _varints(data, pairs, pos, ok)
+    length, pos = _varints(data, pairs, pos, ok)
+    key, pos = _span(length, pos, stop, ok)
+    length, pos = _varints(data, pairs, pos, ok)
+    value, pos = _span(length, pos, stop, ok)
+    ok &= (pos + 1 == stop) & ((pairs[pos] & 0xFF) == 0)  # no headers: records with headers go to the reference
 
     entry = entries[batch]
     offset, offset_ok = add_checked(header["base_offset"][entry], offset_delta)
     log_append = (header["attributes"][entry] & 0x08) != 0
     created, created_ok = add_checked(header["base_timestamp"][entry], ts_delta)
     timestamp = np.where(log_append, header["max_timestamp"][entry], created)
-    record_ok = fields.ok & offset_ok & (log_append | created_ok)
-
-    bad_batches = np.unique(batch[~record_ok])
-    batch_ok[bad_batches] = False
+    ok &= offset_ok & (log_append | created_ok)
+    batch_ok[batch[~ok]] = False
     keep = batch_ok[batch]
-    offset_type = np.int32 if len(data.data) < 2**31 else np.int64
-    records = _Records(
-        entry=entry[keep],
-        index=index[keep],
-        offset=offset[keep],
-        timestamp=timestamp[keep],
-        timestamp_null=np.zeros(int(keep.sum()), bool),
-        key=spans_to_binary(arrow_buf, offset_type, key_start[keep], key_stop[keep], key_null[keep]),
-        value=spans_to_binary(arrow_buf, offset_type, value_start[keep], value_stop[keep], value_null[keep]),
-        headers=_no_headers(int(keep.sum())),
-    )
+    if keep.all():
+        records = _Spans(entry, index, offset, timestamp, np.zeros(len(entry), bool), key, value)
+    else:
+        records = _Spans(
+            entry[keep],
+            index[keep],
+            offset[keep],
+            timestamp[keep],
+            np.zeros(int(keep.sum()), bool),
+            tuple(a[keep] for a in key),
+            tuple(a[keep] for a in value),
+        )
     return _Framed(entries[batch_ok], records)
 
 
@@ -435,10 +451,11 @@ def _read_messages(data: ByteBuffer, buf: bytes, start: np.ndarray, verify_crc: 
     magic = data.read("i1", start + 16).astype(np.int64)
     crc = data.read(">u4", start + 12).astype(np.int64)
     timestamp = np.where(magic == 1, data.read(">i8", start + 18), -1).astype(np.int64)
-    fields = _FieldReader(data, start + 18 + 8 * (magic == 1), end)
-    key = fields.span(_fixed_length(fields))
-    value = fields.span(_fixed_length(fields))
-    ok = fields.ok & (fields.pos == end) & ((magic == 0) | (magic == 1))
+    ok = (magic == 0) | (magic == 1)
+    pos = start + 18 + 8 * (magic == 1)
+    key, pos = _span(_fixed_length(data, pos, end, ok), pos + 4, end, ok)
+    value, pos = _span(_fixed_length(data, pos, end, ok), pos + 4, end, ok)
+    ok &= pos == end
     if verify_crc:
         ok &= _crc32_matches(buf, start + 16, end, crc)
     offset = data.read(">i8", start).astype(np.int64)
@@ -446,51 +463,15 @@ def _read_messages(data: ByteBuffer, buf: bytes, start: np.ndarray, verify_crc: 
     return _Messages(ok, offset, crc, magic, attributes, timestamp, key, value)
 
 
-def _spans(arrow_buf: pa.Buffer, span: tuple[np.ndarray, np.ndarray, np.ndarray], keep: np.ndarray) -> pa.Array:
-    start, stop, null = span
-    return spans_to_binary(arrow_buf, np.int32, start[keep], stop[keep], null[keep])
+def _fixed_length(data: ByteBuffer, pos: np.ndarray, end: np.ndarray, ok: np.ndarray) -> np.ndarray:
+    """An int32 length (legacy key and value), checked to fit."""
+    ok &= pos + 4 <= end
+    return data.read(">i4", pos).astype(np.int64)
 
 
-def _legacy_header(header: dict[str, np.ndarray], entries: np.ndarray, values: dict[str, np.ndarray]) -> None:
-    """Batch fields of legacy entries (a legacy entry has no producer fields or leader epoch)."""
-    for name, value in {**_LEGACY_DEFAULTS, **values}.items():
-        header[name][entries] = value
-
-
-_LEGACY_DEFAULTS = {"partition_leader_epoch": -1, "producer_id": -1, "producer_epoch": -1, "base_sequence": -1}
-
-
-def _frame_plain_legacy(
-    buf: bytes, data: ByteBuffer, entries: np.ndarray, pos: np.ndarray, header: dict[str, np.ndarray], verify_crc: bool
-) -> _Framed:
-    """Uncompressed top-level magic 0/1 messages: one record each."""
-    messages = _read_messages(data, buf, pos[entries], verify_crc)
-    ok = messages.ok
-    kept = entries[ok]
-    _legacy_header(
-        header,
-        kept,
-        {
-            "crc": messages.crc[ok],
-            "attributes": messages.attributes[ok],
-            "base_timestamp": messages.timestamp[ok],
-            "max_timestamp": messages.timestamp[ok],
-            "last_offset_delta": 0,
-            "records_count": 1,
-        },
-    )
-    arrow_buf = pa.py_buffer(buf)
-    records = _Records(
-        entry=kept,
-        index=np.zeros(len(kept), np.int64),
-        offset=messages.offset[ok],
-        timestamp=messages.timestamp[ok],
-        timestamp_null=messages.magic[ok] == 0,
-        key=_spans(arrow_buf, messages.key, ok),
-        value=_spans(arrow_buf, messages.value, ok),
-        headers=_no_headers(len(kept)),
-    )
-    return _Framed(kept, records)
+def _crc32_matches(buf: bytes, start: np.ndarray, end: np.ndarray, stored: np.ndarray) -> np.ndarray:
+    slices = map(slice, start.tolist(), end.tolist())
+    return np.fromiter(map(zlib.crc32, map(memoryview(buf).__getitem__, slices)), np.int64, len(start)) == stored
 
 
 def _inner_positions(inner: bytes) -> list[int] | None:
@@ -509,18 +490,17 @@ def _inner_positions(inner: bytes) -> list[int] | None:
     return positions or None
 
 
-def _frame_legacy_wrappers(
-    buf: bytes, data: ByteBuffer, entries: np.ndarray, pos: np.ndarray, header: dict[str, np.ndarray], verify_crc: bool
-) -> _Framed:
-    """Compressed magic 0/1 wrappers: decompressed one by one, their inner messages read at once."""
-    wrappers = _read_messages(data, buf, pos[entries], verify_crc)
+def _inflate_wrappers(buf: bytes, top: _Messages) -> tuple[list[bytes], np.ndarray, np.ndarray]:
+    """The compressed wrappers among ``top``, decompressed one by one: (their inner messages' bytes, where each
+    inner message starts in them joined, which message of ``top`` holds it)."""
     inners, starts, owner = [], [], []
     size = 0
-    value_start, value_stop, value_null = wrappers.value
-    for w in np.flatnonzero(wrappers.ok & ~value_null).tolist():
+    value_start, value_stop, value_null = top.value
+    wrapped = top.ok & ~value_null & ((top.attributes & 0x07) != 0)
+    for w in np.flatnonzero(wrapped).tolist():
         payload = buf[int(value_start[w]) : int(value_stop[w])]
         try:
-            inner = decompress(int(wrappers.attributes[w]) & 0x07, payload, int(wrappers.magic[w]))
+            inner = decompress(int(top.attributes[w]) & 0x07, payload, int(top.magic[w]))
         except DecodeError:
             continue  # the reference reports it
         positions = _inner_positions(inner)
@@ -530,17 +510,77 @@ def _frame_legacy_wrappers(
         starts += [size + p for p in positions]
         owner += [w] * len(positions)
         size += len(inner)
-    if not owner:
-        return _Framed(np.zeros(0, np.int64), _reference_records([]))
-    joined = b"".join(inners)
-    owner_ = np.array(owner, np.int64)
-    inner = _read_messages(ByteBuffer(joined), joined, np.array(starts, np.int64), verify_crc)
-    magic = wrappers.magic[owner_]
-    good = np.zeros(len(entries), bool)
-    good[owner_] = True
-    good[owner_[~(inner.ok & ((inner.attributes & 0x07) == 0) & (inner.magic == magic))]] = False
+    return inners, np.array(starts, np.int64), np.array(owner, np.int64)
 
-    counts = np.bincount(owner_, minlength=len(entries))
+
+def _legacy_header(header: dict[str, np.ndarray], entries: np.ndarray, values: dict[str, np.ndarray]) -> None:
+    """Batch fields of legacy entries (a legacy entry has no producer fields or leader epoch)."""
+    for name, value in {**_LEGACY_DEFAULTS, **values}.items():
+        header[name][entries] = value
+
+
+_LEGACY_DEFAULTS = {"partition_leader_epoch": -1, "producer_id": -1, "producer_epoch": -1, "base_sequence": -1}
+
+
+def _frame_legacy(
+    data: ByteBuffer,
+    buf: bytes,
+    entries: np.ndarray,
+    top: _Messages,
+    inner_start: np.ndarray,
+    owner: np.ndarray,
+    header: dict[str, np.ndarray],
+    verify_crc: bool,
+) -> list[_Framed]:
+    """The top-level magic 0/1 messages ``top`` of ``entries``: plain ones (one record each) and compressed
+    wrappers (their inner messages, in ``buf`` at ``inner_start``, read at once)."""
+    plain = top.ok & ((top.attributes & 0x07) == 0)
+    kept = entries[plain]
+    _legacy_header(
+        header,
+        kept,
+        {
+            "crc": top.crc[plain],
+            "attributes": top.attributes[plain],
+            "base_timestamp": top.timestamp[plain],
+            "max_timestamp": top.timestamp[plain],
+            "last_offset_delta": 0,
+            "records_count": 1,
+        },
+    )
+    plain_records = _Spans(
+        entry=kept,
+        index=np.zeros(len(kept), np.int64),
+        offset=top.offset[plain],
+        timestamp=top.timestamp[plain],
+        timestamp_null=top.magic[plain] == 0,
+        key=tuple(a[plain] for a in top.key),
+        value=tuple(a[plain] for a in top.value),
+    )
+    framed = [_Framed(kept, plain_records)]
+    if owner.size:
+        framed.append(_frame_wrappers(data, buf, top, entries, inner_start, owner, header, verify_crc))
+    return framed
+
+
+def _frame_wrappers(
+    data: ByteBuffer,
+    buf: bytes,
+    wrappers: _Messages,
+    entries: np.ndarray,
+    inner_start: np.ndarray,
+    owner: np.ndarray,
+    header: dict[str, np.ndarray],
+    verify_crc: bool,
+) -> _Framed:
+    """Compressed magic 0/1 wrappers: their inner messages (in ``buf`` at ``inner_start``) read at once."""
+    inner = _read_messages(data, buf, inner_start, verify_crc)
+    magic = wrappers.magic[owner]
+    good = np.zeros(len(entries), bool)
+    good[owner] = True
+    good[owner[~(inner.ok & ((inner.attributes & 0x07) == 0) & (inner.magic == magic))]] = False
+
+    counts = np.bincount(owner, minlength=len(entries))
     last = np.maximum(np.cumsum(counts) - 1, 0)
     first = last - counts + 1
     # a magic 1 wrapper's offset is that of its last message, whose own offset is relative to it
@@ -548,10 +588,10 @@ def _frame_legacy_wrappers(
     shift, fits = subtract_checked(wrappers.offset, inner.offset[last])
     good &= fits | ~shifted
     shift = np.where(shifted, shift, 0)
-    offset, fits = add_checked(inner.offset, shift[owner_])
-    good[owner_[~fits]] = False
-    log_append = (magic == 1) & ((wrappers.attributes[owner_] & 0x08) != 0)
-    timestamp = np.where(log_append, wrappers.timestamp[owner_], inner.timestamp)
+    offset, fits = add_checked(inner.offset, shift[owner])
+    good[owner[~fits]] = False
+    log_append = (magic == 1) & ((wrappers.attributes[owner] & 0x08) != 0)
+    timestamp = np.where(log_append, wrappers.timestamp[owner], inner.timestamp)
     delta, fits = subtract_checked(offset[last], offset[np.minimum(first, last)])
     good &= fits & (counts > 0)
 
@@ -569,33 +609,17 @@ def _frame_legacy_wrappers(
             "records_count": counts[good],
         },
     )
-    keep = good[owner_]
-    arrow_buf = pa.py_buffer(joined)
-    records = _Records(
-        entry=entries[owner_[keep]],
-        index=(np.arange(len(owner_)) - first[owner_])[keep],
+    keep = good[owner]
+    records = _Spans(
+        entry=entries[owner[keep]],
+        index=(np.arange(len(owner)) - first[owner])[keep],
         offset=offset[keep],
         timestamp=timestamp[keep],
         timestamp_null=magic[keep] == 0,
-        key=_spans(arrow_buf, inner.key, keep),
-        value=_spans(arrow_buf, inner.value, keep),
-        headers=_no_headers(int(keep.sum())),
+        key=tuple(a[keep] for a in inner.key),
+        value=tuple(a[keep] for a in inner.value),
     )
     return _Framed(kept, records)
-
-
-def _fixed_length(fields: _FieldReader) -> np.ndarray:
-    """An int32 length (legacy key and value), checked to fit."""
-    fields.ok &= fields.pos + 4 <= fields.end
-    length = fields.data.read(">i4", fields.pos).astype(np.int64)
-    fields.pos = fields.pos + 4
-    return length
-
-
-def _crc32_matches(buf: bytes, start: np.ndarray, end: np.ndarray, stored: np.ndarray) -> np.ndarray:
-    view = memoryview(buf)
-    pairs = zip(start.tolist(), end.tolist(), strict=True)
-    return np.fromiter((zlib.crc32(view[a:b]) for a, b in pairs), np.int64, len(start)) == stored
 
 
 # -- the reference, for everything else -----------------------------------------------------------------------------
@@ -619,28 +643,35 @@ def _batch_header(batch: Batch) -> dict[str, int]:
     return {name: getattr(batch, name) for name in BATCH_SCHEMA.names if name not in ("position", "size")}
 
 
-def _reference_records(batches: list[tuple[int, Batch]]) -> _Records:
-    entry, index, offset, timestamp, keys, values, headers = [], [], [], [], [], [], []
+def _reference_spans(batches: list[tuple[int, Batch]], at: int) -> tuple[_Spans, bytes, list[list[dict]]]:
+    """The records of batches the reference parsed: their keys and values laid one after the other from byte
+    ``at`` of the records buffer (returned joined), and each record's headers."""
+    entry, index, offset, timestamp, lengths, nulls, pieces, headers = [], [], [], [], [], [], [], []
     for i, batch in batches:
         for j, record in enumerate(batch.records or ()):
             entry.append(i)
             index.append(j)
             offset.append(record.offset)
             timestamp.append(record.timestamp)
-            keys.append(record.key)
-            values.append(record.value)
+            for raw in (record.key, record.value):
+                lengths.append(0 if raw is None else len(raw))
+                nulls.append(raw is None)
+                pieces.append(raw or b"")
             headers.append([{"key": k, "value": v} for k, v in record.headers])
     stamps = pa.array(timestamp, pa.int64())
-    return _Records(
+    stop = at + np.cumsum(np.array(lengths, np.int64))
+    start = stop - np.array(lengths, np.int64)
+    null = np.array(nulls, bool)
+    spans = _Spans(
         entry=np.array(entry, np.int64),
         index=np.array(index, np.int64),
         offset=np.array(offset, np.int64),
         timestamp=stamps.fill_null(0).to_numpy(),
         timestamp_null=stamps.is_null().to_numpy(zero_copy_only=False),
-        key=pa.array(keys, pa.binary()),
-        value=pa.array(values, pa.binary()),
-        headers=pa.array(headers, pa.list_(HEADER_TYPE)),
+        key=(start[0::2], stop[0::2], null[0::2]),
+        value=(start[1::2], stop[1::2], null[1::2]),
     )
+    return spans, b"".join(pieces), headers
 
 
 def _from_reference(items: list[Batch | ReadIssue]) -> LogColumns:
@@ -653,9 +684,8 @@ def _from_reference(items: list[Batch | ReadIssue]) -> LogColumns:
         for name in BATCH_SCHEMA.names:
             header[name][i] = getattr(batch, name)
     issues = [item for item in items if isinstance(item, ReadIssue)]
-    return _assemble(
-        header.pop("position"), header.pop("size"), header, is_batch, [_reference_records(batches)], issues
-    )
+    position, size = header.pop("position"), header.pop("size")
+    return _assemble(position, size, header, is_batch, [], b"", [], batches, issues)
 
 
 # -- assembly ------------------------------------------------------------------------------------------------------
@@ -671,42 +701,93 @@ def _inverse(permutation: np.ndarray) -> np.ndarray:
     return order
 
 
-def _no_headers(count: int) -> pa.Array:
-    return pa.ListArray.from_arrays(pa.array(np.zeros(count + 1, np.int32)), pa.array([], HEADER_TYPE))
-
-
 def _assemble(
     position: np.ndarray,
     size: np.ndarray,
     header: dict[str, np.ndarray],
     is_batch: np.ndarray,
-    parts: list[_Records],
+    parts: list[_Spans],
+    records_buf: bytes,
+    boundaries: list[int],
+    reference: list[tuple[int, Batch]],
     issues: list[ReadIssue],
 ) -> LogColumns:
-    """The tables: batches in entry order, records in (entry, index) order, batch numbers per record."""
+    """The tables: batches in entry order, records in (entry, index) order, batch numbers per record.
+
+    ``records_buf`` holds every key and value of ``parts``, in regions starting at ``boundaries``
+    (the chunk, the decompressed sections, the wrappers' messages); within a region the records
+    are in file order. The reference's records are appended as one more region.
+    """
     columns = {"position": position, "size": size, **header}
     batches = pa.table(
         {f.name: pa.array(columns[f.name][is_batch].astype(f.type.to_pandas_dtype()), f.type) for f in BATCH_SCHEMA},
         schema=BATCH_SCHEMA,
     )
+    headers = None
+    if not parts and not reference:
+        return LogColumns(batches, RECORD_SCHEMA.empty_table(), sorted(issues, key=lambda i: i.position))
+    if reference:
+        spans, joined, headers = _reference_spans(reference, len(records_buf))
+        parts = [*parts, spans]
+        boundaries = [*boundaries, len(records_buf)]
+        records_buf += joined
     entry = np.concatenate([p.entry for p in parts])
-    index = np.concatenate([p.index for p in parts])
     # each part is in file order already: where each record goes is its entry's first row plus its index
-    destination = _first_of_each(np.bincount(entry, minlength=len(is_batch)))[entry] + index
+    destination = _first_of_each(np.bincount(entry, minlength=len(is_batch)))[entry] + np.concatenate(
+        [p.index for p in parts]
+    )
+    in_order = _inverse(destination)
+
+    def ordered(values: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(values)[in_order]
+
     row_of_entry = np.cumsum(is_batch) - 1
+    arrow_buf = pa.py_buffer(records_buf)
+    offset_type = np.int32 if len(records_buf) < 2**31 else np.int64
+    binaries = []
+    for side in ("key", "value"):
+        start, stop, null = (ordered([getattr(p, side)[k] for p in parts]) for k in range(3))
+        binaries.append(_spans_in_order(arrow_buf, offset_type, start, stop, null, boundaries))
     records = pa.table(
         {
-            "batch": pa.array(row_of_entry[entry].astype(np.int32)),
-            "offset": pa.array(np.concatenate([p.offset for p in parts])),
+            "batch": pa.array(row_of_entry[entry[in_order]].astype(np.int32)),
+            "offset": pa.array(ordered([p.offset for p in parts])),
             "timestamp": pa.array(
-                np.concatenate([p.timestamp for p in parts]), mask=np.concatenate([p.timestamp_null for p in parts])
+                ordered([p.timestamp for p in parts]), mask=ordered([p.timestamp_null for p in parts])
             ),
-            "key": pa.concat_arrays([p.key for p in parts]),
-            "value": pa.concat_arrays([p.value for p in parts]),
-            "headers": pa.concat_arrays([p.headers for p in parts]),
+            "key": binaries[0],
+            "value": binaries[1],
+            "headers": _headers(len(entry), headers, destination[len(entry) - len(headers or ()) :]),
         },
         schema=RECORD_SCHEMA,
     )
-    if (destination != np.arange(len(destination))).any():
-        records = records.take(pa.array(_inverse(destination)))
     return LogColumns(batches, records, sorted(issues, key=lambda i: i.position))
+
+
+def _spans_in_order(
+    buffer: pa.Buffer, offset_type: Any, start: np.ndarray, stop: np.ndarray, null: np.ndarray, boundaries: list[int]
+) -> pa.Array:
+    """The spans as a binary array, in the given order, copied once.
+
+    ``spans_to_binary`` needs them laid one after the other in the buffer: within a region of
+    the buffer they are (file order), so a stable sort by region (a radix sort of small
+    numbers) lays them out, and the copy takes them back in the given order.
+    """
+    region = np.searchsorted(np.array(boundaries, np.int64), start, side="right").astype(np.uint8)
+    if not len(region) or (region[1:] >= region[:-1]).all():
+        return spans_to_binary(buffer, offset_type, start, stop, null)
+    laid = np.argsort(region, kind="stable")
+    return spans_to_binary(buffer, offset_type, start[laid], stop[laid], null[laid], rows=_inverse(laid))
+
+
+def _headers(count: int, reference: list[list[dict]] | None, rows: np.ndarray) -> pa.Array:
+    """The headers column: empty lists but for the reference's records (at ``rows``), the only ones with headers."""
+    lengths = np.zeros(count, np.int32)
+    items: list[dict] = []
+    if reference:
+        lengths[rows] = [len(h) for h in reference]
+        order = np.argsort(rows, kind="stable")
+        items = [item for k in order.tolist() for item in reference[k]]
+    offsets = np.zeros(count + 1, np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(items, HEADER_TYPE))

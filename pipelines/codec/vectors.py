@@ -96,9 +96,15 @@ def subtract_checked(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarr
 
 
 def spans_to_binary(
-    buffer: pa.Buffer, offset_type: Any, start: np.ndarray, stop: np.ndarray, null: np.ndarray
+    buffer: pa.Buffer,
+    offset_type: Any,
+    start: np.ndarray,
+    stop: np.ndarray,
+    null: np.ndarray,
+    rows: np.ndarray | None = None,
 ) -> pa.Array:
-    """A binary array of the spans ``[start, stop)`` of ``buffer``, copied out by Arrow's ``take``.
+    """A binary array of the spans ``[start, stop)`` of ``buffer`` (those at ``rows``, in that order, if
+    given), copied out by Arrow's ``take``.
 
     The spans must lie one after the other in the buffer (start[i] <= stop[i] <= start[i + 1]):
     then start0, stop0, start1, stop1, ... is a valid Arrow offsets buffer whose even elements
@@ -118,5 +124,5 @@ def spans_to_binary(
         validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
     binary_type = pa.binary() if offset_type == np.int32 else pa.large_binary()
     interleaved = pa.Array.from_buffers(binary_type, 2 * count - 1, [validity, pa.py_buffer(offsets), buffer])
-    taken = interleaved.take(pa.array(np.arange(0, 2 * count, 2)))
+    taken = interleaved.take(pa.array(np.arange(0, 2 * count, 2) if rows is None else 2 * rows))
     return taken if binary_type == pa.binary() else taken.cast(pa.binary())
