@@ -51,7 +51,11 @@ _ARROW_TYPES = {
 _BIG_ENDIAN = {"int8": ">i1", "int16": ">i2", "uint16": ">u2", "int32": ">i4", "int64": ">i8"}
 _FIXED_DTYPES = {**_BIG_ENDIAN, "uuid": "V16"}  # numpy dtypes of the fixed-width types; V16: 16 raw bytes
 _UUID_CHARS = 22  # 16 bytes in unpadded base64
-_TOMBSTONE = 0x10000  # group code of a null value: outside every 16-bit version
+# Group codes (type id << 6 | slot) fit 16 bits, which numpy sorts by radix: slot 0 is a tombstone,
+# slot v + 1 value version v. Versions outside [0, _MAX_VERSION] have no columnar layout.
+_VERSION_BITS = 6
+_MAX_VERSION = (1 << _VERSION_BITS) - 2
+_TOMBSTONE = 0
 
 
 # -- result ---------------------------------------------------------------------------------------
@@ -417,6 +421,7 @@ def _read_struct(cur: _Cursor, source: _Binaries, shape: VersionedLayout, versio
     layout = shape.layout
     columns: dict[str, _Column] = {}
     tagged = []
+    having: dict[tuple[int, ...], np.ndarray] = {}  # the rows of some versions (fields share them)
     for f, has, element in zip(shape.fields, shape.present, shape.elements, strict=True):
         if has == ():
             columns[f.key] = _ConstantColumn(f.default, arrow_type(f))
@@ -424,9 +429,18 @@ def _read_struct(cur: _Cursor, source: _Binaries, shape: VersionedLayout, versio
             tagged.append(f)  # present in every version (a tag that is not does not merge)
         elif has is None:
             columns[f.key] = _read_field(cur, source, f, element, version)
+        elif f.type in _BIG_ENDIAN and f.default is not None:
+            # an integer: read at every row, kept where the version has it (cheaper than a subset)
+            assert version is not None
+            mine = having[has] if has in having else having.setdefault(has, np.isin(version, has))
+            value = source.bytes.read(_BIG_ENDIAN[f.type], cur.pos).astype(np.int64)
+            cur.pos = cur.pos + np.where(mine, np.dtype(_BIG_ENDIAN[f.type]).itemsize, 0)
+            cur.ok &= cur.pos <= cur.end
+            columns[f.key] = _IntColumn(np.where(mine, value, f.default), f.type)
         else:
             assert version is not None
-            rows = np.flatnonzero(np.isin(version, has))
+            mine = having[has] if has in having else having.setdefault(has, np.isin(version, has))
+            rows = np.flatnonzero(mine)
             sub = _Cursor(source, cur.pos[rows], cur.end[rows])
             read = _read_field(sub, source, f, element, version[rows])
             cur.pos = cur.pos.copy()  # not in place: the previous field's column may hold this array as its stops
@@ -681,8 +695,9 @@ class _Decoded:
     within a version)."""
 
     type_id: int
+    versions: tuple[int, ...]
     rows: np.ndarray
-    version: np.ndarray  # per row
+    version: np.ndarray  # per row, ascending
     value: pa.StructArray
 
     def consumer_protocol(self, fallback: np.ndarray) -> _Decoded:
@@ -692,14 +707,14 @@ class _Decoded:
             return self
         value, ok = _add_consumer_protocol(self.value)
         if ok.all():
-            return _Decoded(self.type_id, self.rows, self.version, value)
+            return _Decoded(self.type_id, self.versions, self.rows, self.version, value)
         fallback[self.rows[~ok]] = True
-        return _Decoded(self.type_id, self.rows[ok], self.version[ok], value.filter(pa.array(ok)))
+        return _Decoded(self.type_id, self.versions, self.rows[ok], self.version[ok], value.filter(pa.array(ok)))
 
     def groups(self, keys: _Keys) -> Iterator[ColumnarGroup]:
         """One group per version (its rows are a slice of the pass's)."""
         table = keys.tables[self.type_id]
-        for v in np.unique(self.version).tolist():
+        for v in self.versions:
             a, b = np.searchsorted(self.version, [v, v + 1]).tolist()
             rows = self.rows[a:b]
             yield ColumnarGroup(self.type_id, v, rows, table.take(keys.slot[rows]), self.value.slice(a, b - a))
@@ -867,12 +882,12 @@ def decode_columns(
     groups: list[ColumnarGroup] = []
     by_type: dict[int, dict[int, np.ndarray]] = {}  # type id -> value version -> rows
     for code, rows in _split_by_code(codes):
-        type_id, version = code >> 17, code & 0x1FFFF
+        type_id, version = code >> _VERSION_BITS, code & ((1 << _VERSION_BITS) - 1)
         if version == _TOMBSTONE:
             key_table = decoded_keys.tables[type_id]
             groups.append(ColumnarGroup(type_id, None, rows, key_table.take(decoded_keys.slot[rows]), None))
             continue
-        version = version - 0x8000  # back to the signed int16
+        version -= 1
         if RECORDS[type_id].value_columnar.get(version) is None:
             fallback[rows] = True
             continue
@@ -889,6 +904,9 @@ def decode_columns(
 
 
 _VALUES = {type_id: Merged(compiled.value_columnar) for type_id, compiled in RECORDS.items()}
+assert max(RECORDS) < 1 << (16 - _VERSION_BITS) and all(
+    0 <= v <= _MAX_VERSION for compiled in RECORDS.values() for v in compiled.value_columnar
+), "group codes must fit 16 bits"
 
 
 def _worth_decoding(
@@ -939,24 +957,25 @@ def _decode_versions(
     failed = np.ones(len(rows), bool)
     failed[keep] = False
     fallback[rows[failed]] = True
-    return _Decoded(type_id, rows[keep], version[keep], value)
+    return _Decoded(type_id, run, rows[keep], version[keep], value)
 
 
 def _group_codes(keys: _Keys, values: _Binaries, fallback: np.ndarray) -> np.ndarray:
-    """type id << 17 | (value version + 0x8000, or _TOMBSTONE) per record; -1 where it falls back.
+    """type id << 6 | (1 + value version, or _TOMBSTONE) per record; -1 where it falls back.
 
-    A value shorter than its version falls back here (the reference reports it truncated).
+    A value shorter than its version falls back here (the reference reports it truncated), and
+    so does a version no layout has (outside [0, _MAX_VERSION]).
     """
-    short = values.valid & (values.length() < 2)
-    fallback |= short
-    version = np.where(values.valid, values.int16_at_start() + 0x8000, _TOMBSTONE)
-    codes = (keys.type_id.astype(np.int64) << 17) | version
+    version = values.int16_at_start()
+    fallback |= values.valid & ((values.length() < 2) | (version < 0) | (version > _MAX_VERSION))
+    slot = np.where(values.valid, version + 1, _TOMBSTONE)
+    codes = (keys.type_id.astype(np.int32) << _VERSION_BITS) | slot
     return np.where(fallback, -1, codes)
 
 
 def _split_by_code(codes: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
     """(code, ascending row positions) for every code but -1."""
-    order = np.argsort(codes, kind="stable")
+    order = np.argsort(codes.astype(np.uint16), kind="stable")  # a radix sort (-1 sorts last)
     ordered = codes[order]
     bounds = np.flatnonzero(np.diff(ordered)) + 1
     for rows in np.split(order, bounds):

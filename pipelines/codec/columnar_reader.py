@@ -146,7 +146,7 @@ def iter_log_columns(
     pos = start
     want = chunk_bytes
     while pos < stop:
-        buf = src.read_at(pos, want)
+        buf = src.read_at(pos, min(want, src.size - pos))  # not more: a larger read costs its size, used or not
         positions, walked, need = _walk(buf, stop - pos)
         if positions:
             yield _decode_chunk(buf, pos, positions, verify_crc)
