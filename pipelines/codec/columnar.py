@@ -17,8 +17,11 @@ decodes exactly those with ``records.decode_record``, the reference, which also 
 of a failure. A record is either decoded to the values ``decode_record`` returns or flagged;
 every bounds check is vectorised, and reads past the data are clipped, never raised.
 
-A call costs a few numpy operations per (type, version), field and array element index,
-whatever the number of records: call it on large batches (docs/performance.md).
+Versions of a record type whose layouts differ only in which fields are present are read in
+one pass (``columnar_versions``), each field for the rows whose version has it; the result still
+has one group per (type, version). A call costs a few numpy operations per such pass, field and
+array element index, whatever the number of records: call it on large batches
+(docs/performance.md).
 """
 
 from __future__ import annotations
@@ -864,7 +867,8 @@ def decode_columns(
     ``decode_record`` does not decode either, without copying the arrays to drop them.
 
     ``small_groups_per_record``: a (type, version) with too few records to pay for the columnar
-    path's fixed cost is flagged too (``ColumnarResult.too_few`` tells which), and keys of a type
+    path's fixed cost (alone, or beside the other versions of its pass: ``_worth_decoding``) is
+    flagged too (``ColumnarResult.too_few`` tells which), and keys of a type
     with few distinct keys are decoded one by one (same values); False decodes everything it can
     columnar-wise (what the equality tests use).
     """

@@ -2,26 +2,28 @@
 
 ``iter_log_columns(source)`` yields :class:`LogColumns` per chunk of the file (bounded memory,
 like ``iter_log``): one row per batch, one row per record, and the read issues. Python runs once
-per entry (the walk from one entry header to the next, and the CRC call); the records are parsed
-with numpy:
+per entry (the walk from one entry header to the next, the CRC call, a decompression call); the
+records are parsed with numpy (``columnar_framing``) in one records buffer per chunk: the chunk,
+then the decompressed records sections of its compressed v2 batches, then the decompressed
+messages of its magic 0/1 wrappers.
 
-* v2 batches (compressed ones decompressed one call each, into one buffer): record lengths are
-  read in lockstep, record i of every batch at once, then every field of every record at once;
-* magic 0/1 messages: their fixed layout read for all messages at once, and for the inner
-  messages of all compressed wrappers (decompressed one call each) at once.
+* v2 batches, plain and compressed in one pass: record lengths are read in lockstep, record i of
+  every batch at once, then every field of every record at once;
+* magic 0/1 messages: their fixed layout read for all top-level messages at once, and for the
+  inner messages of all compressed wrappers at once.
 
-An entry the vectorised checks do not accept exactly (bad CRC, bad magic, a record or message
-that does not parse, headers, a decompression failure) is parsed by the reference,
-``reader.parse_entry``, so its batch or issue is the one ``iter_log`` reports. The one deliberate
-difference: a batch whose offsets or timestamps leave int64 (possible only with forged varints)
-is reported as a ``bad_records`` issue, since an Arrow int64 column cannot hold it.
+Keys and values are copied once, from the records buffer into file order. An entry the
+vectorised checks do not accept exactly (bad CRC, bad magic, a record or message that does not
+parse, headers, a decompression failure) is parsed by the reference, ``reader.parse_entry``, so
+its batch or issue is the one ``iter_log`` reports. The one deliberate difference: a batch whose
+offsets or timestamps leave int64 (possible only with forged varints) is reported as a
+``bad_records`` issue, since an Arrow int64 column cannot hold it.
 """
 
 from __future__ import annotations
 
 import os
 import struct
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +32,7 @@ import crc32c
 import numpy as np
 import pyarrow as pa
 
+from pipelines.codec.columnar_framing import Spans, frame_legacy, frame_v2, inflate_wrappers, read_messages
 from pipelines.codec.compression import decompress
 from pipelines.codec.errors import DecodeError, Reason
 from pipelines.codec.reader import (
@@ -46,7 +49,7 @@ from pipelines.codec.reader import (
     iter_log,
     parse_entry,
 )
-from pipelines.codec.vectors import ByteBuffer, add_checked, spans_to_binary, subtract_checked, zigzag
+from pipelines.codec.vectors import ByteBuffer, spans_to_binary
 
 HEADER_TYPE = pa.struct([("key", pa.string()), ("value", pa.binary())])
 BATCH_SCHEMA = pa.schema(
@@ -80,6 +83,8 @@ RECORD_SCHEMA = pa.schema(
 CHUNK_BYTES = 16 * 1024 * 1024
 _V2_FIELDS = {  # Batch field -> (byte offset in the entry, big-endian dtype)
     "base_offset": (0, ">i8"),
+    "size": (8, ">i4"),
+    "magic": (16, "i1"),
     "partition_leader_epoch": (12, ">i4"),
     "crc": (17, ">u4"),
     "attributes": (21, ">i2"),
@@ -91,7 +96,15 @@ _V2_FIELDS = {  # Batch field -> (byte offset in the entry, big-endian dtype)
     "base_sequence": (53, ">i4"),
     "records_count": (57, ">i4"),
 }
-_MIN_RECORD = 7  # a length byte and the six one-byte fields of an empty record
+# a v2 entry's header as one item: one gather reads every field of every entry
+_V2_HEADER_DTYPE = np.dtype(
+    {
+        "names": list(_V2_FIELDS),
+        "formats": [dtype for _, dtype in _V2_FIELDS.values()],
+        "offsets": [at for at, _ in _V2_FIELDS.values()],
+        "itemsize": 61,
+    }
+)
 _SIZE = struct.Struct(">i")
 
 
@@ -181,29 +194,6 @@ def read_log_columns(
 
 
 # -- one chunk -------------------------------------------------------------------------------------------------
-@dataclass
-class _Spans:
-    """Records of some entries of a chunk: each one's entry number and index in it, its fields, and
-    where its key and value are in the chunk's records buffer (start, stop, null)."""
-
-    entry: np.ndarray
-    index: np.ndarray
-    offset: np.ndarray  # int64
-    timestamp: np.ndarray  # int64
-    timestamp_null: np.ndarray  # bool
-    key: tuple[np.ndarray, np.ndarray, np.ndarray]
-    value: tuple[np.ndarray, np.ndarray, np.ndarray]
-
-
-@dataclass
-class _Framed:
-    """What a vectorised parser read: the entries it read completely, and their records."""
-
-    entries: np.ndarray
-    records: _Spans
-
-
-# Bytes after the records buffer: reads a few varints past a damaged record's end stay inside it.
 _PAD = bytes(64)
 _GAP = b"\x00"
 
@@ -211,10 +201,8 @@ _GAP = b"\x00"
 def _decode_chunk(buf: bytes, base: int, positions: list[int], verify_crc: bool) -> LogColumns:
     data = ByteBuffer(buf)
     pos = np.array(positions, np.int64)
-    size = data.read(">i4", pos + 8).astype(np.int64)
-    magic = data.read("i1", pos + 16).astype(np.int64)
-    header = {name: data.read(dtype, pos + at).astype(np.int64) for name, (at, dtype) in _V2_FIELDS.items()}
-    header["magic"] = magic
+    header = _entry_headers(data, pos)
+    size, magic = header.pop("size"), header["magic"]
 
     v2 = np.flatnonzero(magic == 2)
     if verify_crc:
@@ -224,8 +212,8 @@ def _decode_chunk(buf: bytes, base: int, positions: list[int], verify_crc: bool)
     plain = v2[~compressed]
     inflated, bodies = _decompress_all(buf, v2[compressed], pos, size, header["attributes"])
     legacy_entries = np.flatnonzero((magic == 0) | (magic == 1))
-    legacy = _read_messages(data, buf, pos[legacy_entries], verify_crc)  # plain messages and wrappers at once
-    inners, inner_starts, inner_owner = _inflate_wrappers(buf, legacy)
+    legacy = read_messages(data, buf, pos[legacy_entries], verify_crc)  # plain messages and wrappers at once
+    inners, inner_starts, inner_owner = inflate_wrappers(buf, legacy)
 
     # one buffer for every record's bytes: the chunk, then the decompressed sections, then the
     # wrappers' messages (a byte between regions: a span ending one region never starts the next)
@@ -236,14 +224,14 @@ def _decode_chunk(buf: bytes, base: int, positions: list[int], verify_crc: bool)
     body_start = body_end - body_length
     inner_base = len(buf) + len(_GAP) + int(body_length.sum()) + len(_GAP)
     framed = [
-        _frame_v2(
+        frame_v2(
             records,
             np.concatenate([plain, inflated]),
             np.concatenate([pos[plain] + V2_HEADER, body_start]),
             np.concatenate([pos[plain] + LOG_OVERHEAD + size[plain], body_end]),
             header,
         ),
-        *_frame_legacy(
+        *frame_legacy(
             records, records_buf, legacy_entries, legacy, inner_base + inner_starts, inner_owner, header, verify_crc
         ),
     ]
@@ -267,6 +255,21 @@ def _decode_chunk(buf: bytes, base: int, positions: list[int], verify_crc: bool)
     return _assemble(
         base + pos, LOG_OVERHEAD + size, header, is_batch, spans, records_buf, boundaries, reference, issues
     )
+
+
+def _entry_headers(data: ByteBuffer, pos: np.ndarray) -> dict[str, np.ndarray]:
+    """The v2 header fields at every entry (int64). A legacy entry shares the offset, size and magic
+    (the other fields are set later); an entry shorter than a v2 header at the very end of the
+    chunk (a legacy message) has those three read apart."""
+    window = data.window(_V2_HEADER_DTYPE)
+    items = window[np.minimum(pos, len(window) - 1)]
+    header = {name: items[name].astype(np.int64) for name in _V2_FIELDS}
+    short = np.flatnonzero(pos > len(window) - 1)
+    if short.size:  # the walk checked that these are inside the chunk
+        for name in ("base_offset", "size", "magic"):
+            at, dtype = _V2_FIELDS[name]
+            header[name][short] = data.read(dtype, pos[short] + at)
+    return header
 
 
 def _crc32c_matches(buf: bytes, pos: np.ndarray, size: np.ndarray, stored: np.ndarray) -> np.ndarray:
@@ -293,335 +296,6 @@ def _decompress_all(
     return np.array(kept, np.int64), bodies
 
 
-# -- v2 records, vectorised ------------------------------------------------------------------------------------
-def _varint_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For every two bytes (little-endian u16) at a varint's start: its size if it fits in them (0: longer),
-    its zig-zag value, and a record's total size when the varint is its length (0: not a record's)."""
-    pair = np.arange(1 << 16, dtype=np.int64)
-    low, high = pair & 0xFF, pair >> 8
-    one, two = low < 0x80, (low >= 0x80) & (high < 0x80)
-    raw = np.where(one, low, (low & 0x7F) | (high << 7))
-    size = np.where(one, 1, np.where(two, 2, 0))
-    value = (raw >> 1) ^ -(raw & 1)
-    record = np.where((size > 0) & (value >= 6), size + value, 0)  # a record body has six bytes at least
-    return size, value, record
-
-
-_VARINT_SIZE, _VARINT_VALUE, _RECORD_SIZE = _varint_tables()
-
-
-def _record_bounds(
-    data: ByteBuffer, rstart: np.ndarray, rend: np.ndarray, count: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Record i of every batch at once, i = 0, 1, ...: (batch ok, each record's batch, index, start, end).
-
-    A record is a zig-zag varint length and that many bytes; the batches are sorted by record
-    count, so the batches that still have an i-th record are a prefix. This loop runs once per
-    record index of the longest batch, so it is kept to a few operations: a table gives the size
-    of a record whose length takes one or two varint bytes (up to 8191 bytes), longer ones apart.
-    """
-    order = np.argsort(-count, kind="stable")
-    descending = count[order]
-    end = rend[order]
-    ok = np.ones(len(order), bool)
-    rounds = int(descending[0]) if len(descending) else 0
-    active = np.searchsorted(-descending, -np.arange(rounds + 1), side="left")  # batches with more than i records
-    pairs = data.window("<u2")
-    at = rstart[order]
-    stopped = at.copy()  # where each batch's last record ends
-    starts, stops = [], []
-    for i in range(rounds):
-        at = at[: active[i]]
-        step = _RECORD_SIZE[pairs[at]]
-        following = at + step
-        bad = (step == 0) | (following > end[: active[i]])
-        if bad.any():
-            following = _long_records(data, at, following, end[: active[i]], ok, np.flatnonzero(bad))
-        starts.append(at)
-        stops.append(following)
-        stopped[active[i + 1] : active[i]] = following[active[i + 1] :]
-        at = following
-    ok &= stopped == end  # records fill the section exactly
-    batch_ok = np.empty(len(order), bool)
-    batch_ok[order] = ok
-    if not rounds:
-        return batch_ok, *(np.zeros(0, np.int64) for _ in range(4))
-    batch = np.concatenate([order[:n] for n in active[:-1].tolist()])
-    index = np.repeat(np.arange(rounds), active[:-1])
-    return batch_ok, batch, index, np.concatenate(starts), np.concatenate(stops)
-
-
-def _long_records(
-    data: ByteBuffer, at: np.ndarray, following: np.ndarray, end: np.ndarray, ok: np.ndarray, rows: np.ndarray
-) -> np.ndarray:
-    """Where the records at ``at[rows]`` end, read with a varint of any size (records of 8 KiB and more,
-    or damage): a record that does not fit fails its batch, which then stops there."""
-    raw, used, read_ok = data.uvarint(at[rows], end[rows], 10)
-    length = zigzag(raw)
-    good = read_ok & (length >= 6) & (length <= end[rows] - at[rows] - used)  # without overflow
-    following = following.copy()
-    following[rows] = np.where(good, at[rows] + used + np.where(good, length, 0), end[rows])
-    ok[rows[~good]] = False
-    return following
-
-
-def _varints(data: ByteBuffer, pairs: np.ndarray, pos: np.ndarray, ok: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Zig-zag varints at ``pos``: (values, positions after them); one of more than ten bytes fails its row."""
-    pair = pairs[pos]
-    size = _VARINT_SIZE[pair]
-    value = _VARINT_VALUE[pair]
-    longer = np.flatnonzero(size == 0)  # three bytes or more: rare but for timestamp deltas
-    if longer.size:
-        raw, size[longer], read_ok = data.uvarint(pos[longer], pos[longer] + 10, 10)
-        value[longer] = zigzag(raw)
-        ok[longer] &= read_ok
-    return value, pos + size
-
-
-def _span(length: np.ndarray, pos: np.ndarray, end: np.ndarray, ok: np.ndarray) -> tuple[tuple, np.ndarray]:
-    """((start, stop, null), position after it) of the bytes a length announces (-1: null); not fitting fails."""
-    null = length == -1
-    ok &= length >= -1
-    fits = length <= end - pos
-    ok &= fits
-    stop = pos + np.where(fits & (length > 0), length, 0)
-    return (pos, stop, null), stop
-
-
-def _frame_v2(data: ByteBuffer, entries: np.ndarray, rstart: np.ndarray, rend: np.ndarray, header: dict) -> _Framed:
-    count = header["records_count"][entries]
-    fits = count <= (rend - rstart) // _MIN_RECORD  # more records than bytes allow: the reference reports it
-    entries, rstart, rend, count = entries[fits], rstart[fits], rend[fits], count[fits]
-    batch_ok, batch, index, start, stop = _record_bounds(data, rstart, rend, count)
-
-    # the fields of every record (in round order); a position only grows, so a record whose
-    # fields run past its end ends elsewhere than its end and fails the last check
-    pairs = data.window("<u2")
-    ok = np.ones(len(start), bool)
-    _, pos = _varints(data, pairs, start, ok)  # the length, checked by _record_bounds
-    ts_delta, pos = _varints(data, pairs, pos + 1, ok)  # + 1: the attributes byte, unused
-    offset_delta, pos = _varints(data, pairs, pos, ok)
-    length, pos = _varints(data, pairs, pos, ok)
-    key, pos = _span(length, pos, stop, ok)
-    length, pos = _varints(data, pairs, pos, ok)
-    value, pos = _span(length, pos, stop, ok)
-    ok &= (pos + 1 == stop) & ((pairs[pos] & 0xFF) == 0)  # no headers: records with headers go to the reference
-
-    entry = entries[batch]
-    offset, offset_ok = add_checked(header["base_offset"][entry], offset_delta)
-    log_append = (header["attributes"][entry] & 0x08) != 0
-    created, created_ok = add_checked(header["base_timestamp"][entry], ts_delta)
-    timestamp = np.where(log_append, header["max_timestamp"][entry], created)
-    ok &= offset_ok & (log_append | created_ok)
-    batch_ok[batch[~ok]] = False
-    keep = batch_ok[batch]
-    if keep.all():
-        records = _Spans(entry, index, offset, timestamp, np.zeros(len(entry), bool), key, value)
-    else:
-        records = _Spans(
-            entry[keep],
-            index[keep],
-            offset[keep],
-            timestamp[keep],
-            np.zeros(int(keep.sum()), bool),
-            tuple(a[keep] for a in key),
-            tuple(a[keep] for a in value),
-        )
-    return _Framed(entries[batch_ok], records)
-
-
-# -- legacy messages, vectorised ---------------------------------------------------------------------------------
-@dataclass
-class _Messages:
-    """Magic 0/1 messages of one buffer, read at once: offset, size, crc, magic, attributes, [timestamp], key, value."""
-
-    ok: np.ndarray
-    offset: np.ndarray
-    crc: np.ndarray
-    magic: np.ndarray
-    attributes: np.ndarray
-    timestamp: np.ndarray  # -1 for magic 0
-    key: tuple[np.ndarray, np.ndarray, np.ndarray]  # start, stop, null
-    value: tuple[np.ndarray, np.ndarray, np.ndarray]
-
-
-def _read_messages(data: ByteBuffer, buf: bytes, start: np.ndarray, verify_crc: bool) -> _Messages:
-    """The messages starting at ``start``, each as long as its size field says (the walk checked it fits)."""
-    end = start + LOG_OVERHEAD + data.read(">i4", start + 8).astype(np.int64)
-    magic = data.read("i1", start + 16).astype(np.int64)
-    crc = data.read(">u4", start + 12).astype(np.int64)
-    timestamp = np.where(magic == 1, data.read(">i8", start + 18), -1).astype(np.int64)
-    ok = (magic == 0) | (magic == 1)
-    pos = start + 18 + 8 * (magic == 1)
-    key, pos = _span(_fixed_length(data, pos, end, ok), pos + 4, end, ok)
-    value, pos = _span(_fixed_length(data, pos, end, ok), pos + 4, end, ok)
-    ok &= pos == end
-    if verify_crc:
-        ok &= _crc32_matches(buf, start + 16, end, crc)
-    offset = data.read(">i8", start).astype(np.int64)
-    attributes = data.read("u1", start + 17).astype(np.int64)
-    return _Messages(ok, offset, crc, magic, attributes, timestamp, key, value)
-
-
-def _fixed_length(data: ByteBuffer, pos: np.ndarray, end: np.ndarray, ok: np.ndarray) -> np.ndarray:
-    """An int32 length (legacy key and value), checked to fit."""
-    ok &= pos + 4 <= end
-    return data.read(">i4", pos).astype(np.int64)
-
-
-def _crc32_matches(buf: bytes, start: np.ndarray, end: np.ndarray, stored: np.ndarray) -> np.ndarray:
-    slices = map(slice, start.tolist(), end.tolist())
-    return np.fromiter(map(zlib.crc32, map(memoryview(buf).__getitem__, slices)), np.int64, len(start)) == stored
-
-
-def _inner_positions(inner: bytes) -> list[int] | None:
-    """Where the messages of a decompressed wrapper start; None when one does not fit (the reference reports it)."""
-    positions = []
-    pos = 0
-    n = len(inner)
-    while pos < n:
-        if pos + PREFIX + 1 > n:
-            return None
-        (size,) = _SIZE.unpack_from(inner, pos + 8)
-        if size < LEGACY_MIN_SIZE.get(inner[pos + 16], 1 << 31) or pos + LOG_OVERHEAD + size > n:
-            return None
-        positions.append(pos)
-        pos += LOG_OVERHEAD + size
-    return positions or None
-
-
-def _inflate_wrappers(buf: bytes, top: _Messages) -> tuple[list[bytes], np.ndarray, np.ndarray]:
-    """The compressed wrappers among ``top``, decompressed one by one: (their inner messages' bytes, where each
-    inner message starts in them joined, which message of ``top`` holds it)."""
-    inners, starts, owner = [], [], []
-    size = 0
-    value_start, value_stop, value_null = top.value
-    wrapped = top.ok & ~value_null & ((top.attributes & 0x07) != 0)
-    for w in np.flatnonzero(wrapped).tolist():
-        payload = buf[int(value_start[w]) : int(value_stop[w])]
-        try:
-            inner = decompress(int(top.attributes[w]) & 0x07, payload, int(top.magic[w]))
-        except DecodeError:
-            continue  # the reference reports it
-        positions = _inner_positions(inner)
-        if positions is None:
-            continue
-        inners.append(inner)
-        starts += [size + p for p in positions]
-        owner += [w] * len(positions)
-        size += len(inner)
-    return inners, np.array(starts, np.int64), np.array(owner, np.int64)
-
-
-def _legacy_header(header: dict[str, np.ndarray], entries: np.ndarray, values: dict[str, np.ndarray]) -> None:
-    """Batch fields of legacy entries (a legacy entry has no producer fields or leader epoch)."""
-    for name, value in {**_LEGACY_DEFAULTS, **values}.items():
-        header[name][entries] = value
-
-
-_LEGACY_DEFAULTS = {"partition_leader_epoch": -1, "producer_id": -1, "producer_epoch": -1, "base_sequence": -1}
-
-
-def _frame_legacy(
-    data: ByteBuffer,
-    buf: bytes,
-    entries: np.ndarray,
-    top: _Messages,
-    inner_start: np.ndarray,
-    owner: np.ndarray,
-    header: dict[str, np.ndarray],
-    verify_crc: bool,
-) -> list[_Framed]:
-    """The top-level magic 0/1 messages ``top`` of ``entries``: plain ones (one record each) and compressed
-    wrappers (their inner messages, in ``buf`` at ``inner_start``, read at once)."""
-    plain = top.ok & ((top.attributes & 0x07) == 0)
-    kept = entries[plain]
-    _legacy_header(
-        header,
-        kept,
-        {
-            "crc": top.crc[plain],
-            "attributes": top.attributes[plain],
-            "base_timestamp": top.timestamp[plain],
-            "max_timestamp": top.timestamp[plain],
-            "last_offset_delta": 0,
-            "records_count": 1,
-        },
-    )
-    plain_records = _Spans(
-        entry=kept,
-        index=np.zeros(len(kept), np.int64),
-        offset=top.offset[plain],
-        timestamp=top.timestamp[plain],
-        timestamp_null=top.magic[plain] == 0,
-        key=tuple(a[plain] for a in top.key),
-        value=tuple(a[plain] for a in top.value),
-    )
-    framed = [_Framed(kept, plain_records)]
-    if owner.size:
-        framed.append(_frame_wrappers(data, buf, top, entries, inner_start, owner, header, verify_crc))
-    return framed
-
-
-def _frame_wrappers(
-    data: ByteBuffer,
-    buf: bytes,
-    wrappers: _Messages,
-    entries: np.ndarray,
-    inner_start: np.ndarray,
-    owner: np.ndarray,
-    header: dict[str, np.ndarray],
-    verify_crc: bool,
-) -> _Framed:
-    """Compressed magic 0/1 wrappers: their inner messages (in ``buf`` at ``inner_start``) read at once."""
-    inner = _read_messages(data, buf, inner_start, verify_crc)
-    magic = wrappers.magic[owner]
-    good = np.zeros(len(entries), bool)
-    good[owner] = True
-    good[owner[~(inner.ok & ((inner.attributes & 0x07) == 0) & (inner.magic == magic))]] = False
-
-    counts = np.bincount(owner, minlength=len(entries))
-    last = np.maximum(np.cumsum(counts) - 1, 0)
-    first = last - counts + 1
-    # a magic 1 wrapper's offset is that of its last message, whose own offset is relative to it
-    shifted = (wrappers.magic == 1) & (wrappers.offset != 0)
-    shift, fits = subtract_checked(wrappers.offset, inner.offset[last])
-    good &= fits | ~shifted
-    shift = np.where(shifted, shift, 0)
-    offset, fits = add_checked(inner.offset, shift[owner])
-    good[owner[~fits]] = False
-    log_append = (magic == 1) & ((wrappers.attributes[owner] & 0x08) != 0)
-    timestamp = np.where(log_append, wrappers.timestamp[owner], inner.timestamp)
-    delta, fits = subtract_checked(offset[last], offset[np.minimum(first, last)])
-    good &= fits & (counts > 0)
-
-    kept = entries[good]
-    _legacy_header(
-        header,
-        kept,
-        {
-            "base_offset": offset[first[good]],
-            "crc": wrappers.crc[good],
-            "attributes": wrappers.attributes[good],
-            "base_timestamp": wrappers.timestamp[good],
-            "max_timestamp": wrappers.timestamp[good],
-            "last_offset_delta": delta[good],
-            "records_count": counts[good],
-        },
-    )
-    keep = good[owner]
-    records = _Spans(
-        entry=entries[owner[keep]],
-        index=(np.arange(len(owner)) - first[owner])[keep],
-        offset=offset[keep],
-        timestamp=timestamp[keep],
-        timestamp_null=magic[keep] == 0,
-        key=tuple(a[keep] for a in inner.key),
-        value=tuple(a[keep] for a in inner.value),
-    )
-    return _Framed(kept, records)
-
-
 # -- the reference, for everything else -----------------------------------------------------------------------------
 _INT64 = (-(2**63), 2**63 - 1)
 
@@ -643,7 +317,7 @@ def _batch_header(batch: Batch) -> dict[str, int]:
     return {name: getattr(batch, name) for name in BATCH_SCHEMA.names if name not in ("position", "size")}
 
 
-def _reference_spans(batches: list[tuple[int, Batch]], at: int) -> tuple[_Spans, bytes, list[list[dict]]]:
+def _reference_spans(batches: list[tuple[int, Batch]], at: int) -> tuple[Spans, bytes, list[list[dict]]]:
     """The records of batches the reference parsed: their keys and values laid one after the other from byte
     ``at`` of the records buffer (returned joined), and each record's headers."""
     entry, index, offset, timestamp, lengths, nulls, pieces, headers = [], [], [], [], [], [], [], []
@@ -662,7 +336,7 @@ def _reference_spans(batches: list[tuple[int, Batch]], at: int) -> tuple[_Spans,
     stop = at + np.cumsum(np.array(lengths, np.int64))
     start = stop - np.array(lengths, np.int64)
     null = np.array(nulls, bool)
-    spans = _Spans(
+    spans = Spans(
         entry=np.array(entry, np.int64),
         index=np.array(index, np.int64),
         offset=np.array(offset, np.int64),
@@ -706,7 +380,7 @@ def _assemble(
     size: np.ndarray,
     header: dict[str, np.ndarray],
     is_batch: np.ndarray,
-    parts: list[_Spans],
+    parts: list[Spans],
     records_buf: bytes,
     boundaries: list[int],
     reference: list[tuple[int, Batch]],

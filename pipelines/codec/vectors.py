@@ -24,15 +24,19 @@ class ByteBuffer:
         if array.size < MIN_BYTES:  # clipped reads always have bytes to read
             array = np.concatenate([array, np.zeros(MIN_BYTES - array.size, np.uint8)])
         self.data = array
-        self._windows: dict[str, np.ndarray] = {}
+        self._windows: dict[Any, np.ndarray] = {}
 
-    def window(self, dtype: str) -> np.ndarray:
+    def window(self, dtype: Any) -> np.ndarray:
         """The buffer as overlapping items of ``dtype``, one starting at every byte: ``window[p]``
-        is the value stored at byte p, so one gather reads a field of every row."""
+        is the value stored at byte p, so one gather reads a field of every row. A dtype wider
+        than the buffer has one item, at byte 0, over the buffer padded with zeros."""
         view = self._windows.get(dtype)
         if view is None:
             width = np.dtype(dtype).itemsize
-            view = np.ndarray((self.data.size - width + 1,), dtype, buffer=self.data, strides=(1,))
+            data = self.data
+            if data.size < width:
+                data = np.concatenate([data, np.zeros(width - data.size, np.uint8)])
+            view = np.ndarray((data.size - width + 1,), dtype, buffer=data, strides=(1,))
             self._windows[dtype] = view
         return view
 

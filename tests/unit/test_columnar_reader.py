@@ -19,7 +19,7 @@ from pipelines.codec.errors import DecodeError
 from pipelines.codec.reader import Batch, BytesSource, ReadIssue, Record, find_batch_start, iter_log
 from pipelines.codec.records import encode_key, encode_value
 from pipelines.codec.segments import discover
-from pipelines.codec.writer import encode_v2_batch
+from pipelines.codec.writer import encode_legacy, encode_v2_batch
 from pipelines.generate import generate
 from tests.conftest import real_segments_dir
 from tests.fuzz import corpus, fix_crcs, mutate
@@ -178,3 +178,45 @@ def test_lz4_and_zstd_fast_paths_equal_cramjam() -> None:
                 compared[codec, expected is None] += 1
     # both outcomes, for both codecs, many times each
     assert min(compared[c, failed] for c in (LZ4, ZSTD) for failed in (False, True)) > 200, compared
+
+
+def test_records_in_every_region_of_the_records_buffer() -> None:
+    """A chunk's records are read from one buffer: the chunk, then the decompressed sections, then the
+    wrappers' messages, then (after parsing) the reference's records. Entries of every kind in any
+    order, with empty and null keys and values where a region ends (the last entry of the chunk, the
+    last record of a section or wrapper, the first record the reference parses), timestamps and
+    offsets whose deltas take several varint bytes: the columnar reader equals iter_log."""
+    rng = random.Random(26)
+
+    def records(n: int, first: int) -> list[Record]:
+        out = []
+        for i in range(n):
+            key = rng.choice([None, b"", b"k" * rng.randrange(1, 70)])
+            value = rng.choice([None, b"", b"v" * rng.randrange(1, 300)])
+            out.append(
+                Record(first + i * rng.choice([1, 1000, 300_000]), 1_700_000_000_000 + rng.randrange(10**9), key, value)
+            )
+        out[-1].key, out[-1].value = None, b""  # a region's last span: empty or null
+        return out
+
+    makers = [
+        *(lambda o, c=c: encode_v2_batch(records(rng.randrange(1, 6), o), codec=c) for c in range(5)),
+        *(lambda o, m=m: encode_legacy(records(1, o), magic=m) for m in (0, 1)),
+        *(
+            lambda o, m=m, c=c: encode_legacy(records(rng.randrange(1, 4), o), magic=m, codec=c)
+            for m in (0, 1)
+            for c in (1, 2, 3)
+        ),
+        # headers: parsed by the reference, whose records are laid after the others
+        lambda o: encode_v2_batch([Record(o, 5, b"", None, [("h", b"x")]), *records(2, o + 1)]),
+    ]
+    kinds = Counter()
+    for _ in range(30):
+        chosen = [rng.randrange(len(makers)) for _entry in range(rng.randrange(1, 12))]
+        data = b"".join(makers[k](1000 * i) for i, k in enumerate(chosen))
+        kinds.update(chosen)
+        items = list(iter_log(data))
+        assert not [i for i in items if isinstance(i, ReadIssue)], items
+        assert_same(read_log_columns(data), items)
+        assert_same(read_log_columns(data, chunk_bytes=rng.choice([64, 700, 3000])), items)
+    assert set(kinds) == set(range(len(makers)))  # every kind of entry, in some chunk
