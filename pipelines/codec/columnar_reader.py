@@ -22,6 +22,7 @@ offsets or timestamps leave int64 (possible only with forged varints) is reporte
 
 from __future__ import annotations
 
+import bisect
 import os
 import struct
 from collections.abc import Iterator
@@ -80,7 +81,10 @@ RECORD_SCHEMA = pa.schema(
         ("headers", pa.list_(HEADER_TYPE)),
     ]
 )
-CHUNK_BYTES = 16 * 1024 * 1024
+CHUNK_BYTES = 16 * 1024 * 1024  # read at a time
+# decoded at a time: numpy's gathers are fastest while their arrays stay in the CPU's caches
+# (1M records: 0.50 CPU s in 2-4 MiB pieces, 0.70 s in 16 MiB ones)
+DECODE_BYTES = 4 * 1024 * 1024
 _V2_FIELDS = {  # Batch field -> (byte offset in the entry, big-endian dtype)
     "base_offset": (0, ">i8"),
     "size": (8, ">i4"),
@@ -152,8 +156,10 @@ def iter_log_columns(
     end: int | None = None,
     verify_crc: bool = True,
     chunk_bytes: int = CHUNK_BYTES,
+    decode_bytes: int = DECODE_BYTES,
 ) -> Iterator[LogColumns]:
-    """The batches starting in ``[start, end)`` and the issues found there, ``chunk_bytes`` at a time."""
+    """The batches starting in ``[start, end)`` and the issues found there, read ``chunk_bytes`` at a
+    time and decoded (one LogColumns each) ``decode_bytes`` at a time."""
     src = as_source(source)
     stop = src.size if end is None else min(end, src.size)
     pos = start
@@ -161,8 +167,10 @@ def iter_log_columns(
     while pos < stop:
         buf = src.read_at(pos, min(want, src.size - pos))  # not more: a larger read costs its size, used or not
         positions, walked, need = _walk(buf, stop - pos)
-        if positions:
-            yield _decode_chunk(buf, pos, positions, verify_crc)
+        for a, b in _pieces(positions, decode_bytes):  # entries a..b-1
+            first, last = positions[a], positions[b] if b < len(positions) else walked
+            piece = buf if (first, last) == (0, len(buf)) else buf[first:last]
+            yield _decode_chunk(piece, pos + first, [p - first for p in positions[a:b]], verify_crc)
         pos += walked
         if need < 0 or pos >= stop:
             return
@@ -172,6 +180,15 @@ def iter_log_columns(
         want = max(chunk_bytes, need)
 
 
+def _pieces(positions: list[int], size: int) -> Iterator[tuple[int, int]]:
+    """Runs [a, b) of the walked entries spanning about ``size`` bytes each (an entry is never split)."""
+    a = 0
+    while a < len(positions):
+        b = max(bisect.bisect_left(positions, positions[a] + size), a + 1)
+        yield a, b
+        a = b
+
+
 def read_log_columns(
     source: ByteSource | bytes | str | os.PathLike,
     *,
@@ -179,9 +196,14 @@ def read_log_columns(
     end: int | None = None,
     verify_crc: bool = True,
     chunk_bytes: int = CHUNK_BYTES,
+    decode_bytes: int = DECODE_BYTES,
 ) -> LogColumns:
     """All of ``iter_log_columns`` in one LogColumns (the whole range's records in memory)."""
-    parts = list(iter_log_columns(source, start=start, end=end, verify_crc=verify_crc, chunk_bytes=chunk_bytes))
+    parts = list(
+        iter_log_columns(
+            source, start=start, end=end, verify_crc=verify_crc, chunk_bytes=chunk_bytes, decode_bytes=decode_bytes
+        )
+    )
     if not parts:
         return LogColumns(BATCH_SCHEMA.empty_table(), RECORD_SCHEMA.empty_table())
     batches = pa.concat_tables([p.batches for p in parts])

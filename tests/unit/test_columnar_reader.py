@@ -71,6 +71,7 @@ def test_generated_log_every_magic_and_codec(generated_files: list[Path]) -> Non
         items = list(iter_log(path))
         seen.update((b.magic, b.codec_name) for b in items if isinstance(b, Batch))
         assert_same(read_log_columns(path), items)
+        assert_same(read_log_columns(path, decode_bytes=16_384), items)  # decoded in pieces of a chunk
     assert {(m, c) for m in (0, 1) for c in ("none", "gzip", "snappy", "lz4")} <= set(seen)
     assert {(2, c) for c in ("none", "gzip", "snappy", "lz4", "zstd")} <= set(seen)
 
@@ -103,6 +104,7 @@ def test_damaged_logs_match_the_reference() -> None:
         items = list(iter_log(data))
         assert_same(read_log_columns(data), items)
         assert_same(read_log_columns(data, chunk_bytes=rng.choice([17, 64, 500])), items)
+        assert_same(read_log_columns(data, decode_bytes=rng.choice([1, 300, 4000])), items)
         reasons.update(i.reason.value for i in items if isinstance(i, ReadIssue))
     assert {"crc_mismatch", "bad_records", "torn_tail"} <= set(reasons)
 
@@ -219,4 +221,5 @@ def test_records_in_every_region_of_the_records_buffer() -> None:
         assert not [i for i in items if isinstance(i, ReadIssue)], items
         assert_same(read_log_columns(data), items)
         assert_same(read_log_columns(data, chunk_bytes=rng.choice([64, 700, 3000])), items)
+        assert_same(read_log_columns(data, decode_bytes=rng.choice([1, 500, 2000])), items)  # chunks decoded in pieces
     assert set(kinds) == set(range(len(makers)))  # every kind of entry, in some chunk
