@@ -208,13 +208,19 @@ class _Column:
 _NO_ROWS = np.zeros(0, np.int64)
 
 
+def _rows(values: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """``values[keep]``, without the copy when ``keep`` is every row (the usual case: keep is ascending)."""
+    return values if len(keep) == len(values) else values[keep]
+
+
 class _IntColumn(_Column):
     def __init__(self, values: np.ndarray, type_name: str) -> None:
         self.values = values
         self.arrow_type = _ARROW_TYPES[type_name]
 
     def build(self, keep: np.ndarray) -> tuple[pa.Array, np.ndarray]:
-        return pa.array(self.values[keep].astype(self.arrow_type.to_pandas_dtype()), self.arrow_type), _NO_ROWS
+        # values may be big-endian as read: one conversion to the column's native type
+        return pa.array(_rows(self.values, keep).astype(self.arrow_type.to_pandas_dtype()), self.arrow_type), _NO_ROWS
 
 
 class _UuidColumn(_Column):
@@ -222,7 +228,7 @@ class _UuidColumn(_Column):
         self.raw = raw  # V16
 
     def build(self, keep: np.ndarray) -> tuple[pa.Array, np.ndarray]:
-        return uuid_strings(self.raw[keep]), _NO_ROWS
+        return uuid_strings(_rows(self.raw, keep)), _NO_ROWS
 
 
 class _SpanColumn(_Column):
@@ -236,7 +242,7 @@ class _SpanColumn(_Column):
         self.text = text
 
     def build(self, keep: np.ndarray) -> tuple[pa.Array, np.ndarray]:
-        spans = self.source.spans(self.start[keep], self.stop[keep], self.null[keep])
+        spans = self.source.spans(_rows(self.start, keep), _rows(self.stop, keep), _rows(self.null, keep))
         if not self.text:
             return spans, _NO_ROWS
         try:
@@ -467,7 +473,7 @@ def _read_field(
         return _read_array(cur, source, f, element, version)
     if f.type in _FIXED_DTYPES:
         value = cur.fixed(_FIXED_DTYPES[f.type])
-        return _UuidColumn(value) if f.type == "uuid" else _IntColumn(value.astype(np.int64), f.type)
+        return _UuidColumn(value) if f.type == "uuid" else _IntColumn(value, f.type)
     # compact: uvarint(N + 1), 0 = null; classic: int16 (string) or int32 (bytes) length, -1 = null
     n = cur.uvarint() - 1 if f.compact else cur.integer("int16" if f.type == "string" else "int32")
     null = n == -1 if f.nullable else np.zeros(len(n), bool)
@@ -537,7 +543,7 @@ def _read_fixed_elements(cur: _Cursor, count: np.ndarray, null: np.ndarray, elem
     item_pos = cur.pos[item_row] + width * (np.arange(len(item_row)) - first_item[item_row])
     cur.pos = cur.pos + width * count
     value = cur.source.bytes.read(dtype, item_pos)
-    items: _Column = _UuidColumn(value) if element.type == "uuid" else _IntColumn(value.astype(np.int64), element.type)
+    items: _Column = _UuidColumn(value) if element.type == "uuid" else _IntColumn(value, element.type)
     return _FlatListColumn(count, null, items, item_row)
 
 
@@ -608,7 +614,7 @@ class _FixedArrayTag:
         item_pos = self.start[item_row] + width * (np.arange(len(item_row)) - first_item[item_row])
         value = self.source.bytes.read(self.dtype, item_pos)
         element = self.f.element.type
-        items: _Column = _UuidColumn(value) if element == "uuid" else _IntColumn(value.astype(np.int64), element)
+        items: _Column = _UuidColumn(value) if element == "uuid" else _IntColumn(value, element)
         return _FlatListColumn(count, null, items, item_row)
 
 

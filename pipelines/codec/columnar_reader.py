@@ -133,17 +133,19 @@ def _walk(buf: bytes, limit: int) -> tuple[list[int], int, int]:
     append = positions.append
     unpack = _SIZE.unpack_from
     pos = 0
-    last_prefix = len(buf) - PREFIX  # the last position with a whole entry prefix in buf
+    n = len(buf)
+    last_prefix = n - PREFIX  # the last position with a whole entry prefix in buf
+    smallest, largest, overhead = V2_MIN_SIZE, MAX_BATCH_SIZE, LOG_OVERHEAD  # locals: the loop's names
     # once per entry of the whole log: kept to the fewest Python operations
     while pos < limit:
         if pos > last_prefix:
             return positions, pos, PREFIX
         (size,) = unpack(buf, pos + 8)
-        if (size < V2_MIN_SIZE and size < _min_size(buf[pos + 16])) or size > MAX_BATCH_SIZE:
+        if (size < smallest and size < _min_size(buf[pos + 16])) or size > largest:
             return positions, pos, 0
-        following = pos + LOG_OVERHEAD + size
-        if following > len(buf):
-            return positions, pos, LOG_OVERHEAD + size
+        following = pos + overhead + size
+        if following > n:
+            return positions, pos, overhead + size
         append(pos)
         pos = following
     return positions, pos, -1
