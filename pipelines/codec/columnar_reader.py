@@ -169,10 +169,11 @@ def iter_log_columns(
     while pos < stop:
         buf = src.read_at(pos, min(want, src.size - pos))  # not more: a larger read costs its size, used or not
         positions, walked, need = _walk(buf, stop - pos)
+        at = np.array(positions, np.int64)
         for a, b in _pieces(positions, decode_bytes):  # entries a..b-1
             first, last = positions[a], positions[b] if b < len(positions) else walked
             piece = buf if (first, last) == (0, len(buf)) else buf[first:last]
-            yield _decode_chunk(piece, pos + first, [p - first for p in positions[a:b]], verify_crc)
+            yield _decode_chunk(piece, pos + first, at[a:b] - first, verify_crc)
         pos += walked
         if need < 0 or pos >= stop:
             return
@@ -222,9 +223,9 @@ _PAD = bytes(64)
 _GAP = b"\x00"
 
 
-def _decode_chunk(buf: bytes, base: int, positions: list[int], verify_crc: bool) -> LogColumns:
+def _decode_chunk(buf: bytes, base: int, pos: np.ndarray, verify_crc: bool) -> LogColumns:
+    """The entries starting at ``pos`` (walked: each one whole in ``buf``), ``buf`` starting at byte ``base``."""
     data = ByteBuffer(buf)
-    pos = np.array(positions, np.int64)
     header = _entry_headers(data, pos)
     size, magic = header.pop("size"), header["magic"]
 
@@ -264,7 +265,7 @@ def _decode_chunk(buf: bytes, base: int, positions: list[int], verify_crc: bool)
     for part in framed:
         done[part.entries] = True
     rest = np.flatnonzero(~done).tolist()
-    results = [_reference_entry(buf, base, positions[i], LOG_OVERHEAD + int(size[i]), verify_crc) for i in rest]
+    results = [_reference_entry(buf, base, int(pos[i]), LOG_OVERHEAD + int(size[i]), verify_crc) for i in rest]
     is_batch = done.copy()
     reference = []
     for i, item in zip(rest, results, strict=True):
@@ -417,8 +418,12 @@ def _assemble(
     are in file order. The reference's records are appended as one more region.
     """
     columns = {"position": position, "size": size, **header}
+    every = is_batch.all()  # the usual case: no issue among the entries
     batches = pa.table(
-        {f.name: pa.array(columns[f.name][is_batch].astype(f.type.to_pandas_dtype()), f.type) for f in BATCH_SCHEMA},
+        {
+            f.name: pa.array((columns[f.name] if every else columns[f.name][is_batch]).astype(f.type.to_pandas_dtype()))
+            for f in BATCH_SCHEMA
+        },
         schema=BATCH_SCHEMA,
     )
     headers = None
