@@ -726,12 +726,13 @@ class _Decoded:
         return _Decoded(self.type_id, self.versions, self.rows[ok], self.version[ok], value.filter(pa.array(ok)))
 
     def groups(self, keys: _Keys) -> Iterator[ColumnarGroup]:
-        """One group per version (its rows are a slice of the pass's)."""
+        """One group per version that kept a row (its rows are a slice of the pass's)."""
         table = keys.tables[self.type_id]
         for v in self.versions:
             a, b = np.searchsorted(self.version, [v, v + 1]).tolist()
-            rows = self.rows[a:b]
-            yield ColumnarGroup(self.type_id, v, rows, table.take(keys.slot[rows]), self.value.slice(a, b - a))
+            if b > a:
+                rows = self.rows[a:b]
+                yield ColumnarGroup(self.type_id, v, rows, table.take(keys.slot[rows]), self.value.slice(a, b - a))
 
 
 def _add_consumer_protocol(value: pa.StructArray) -> tuple[pa.StructArray, np.ndarray]:
