@@ -219,7 +219,9 @@ def read_log_columns(
 
 
 # -- one chunk -------------------------------------------------------------------------------------------------
+# after the records buffer: reads a few varints past a damaged record's end stay inside it
 _PAD = bytes(64)
+# between its regions: a span that ends one region (an empty value) never starts the next
 _GAP = b"\x00"
 
 
@@ -241,7 +243,7 @@ def _decode_chunk(buf: bytes, base: int, pos: np.ndarray, verify_crc: bool) -> L
     inners, inner_starts, inner_owner = inflate_wrappers(buf, legacy)
 
     # one buffer for every record's bytes: the chunk, then the decompressed sections, then the
-    # wrappers' messages (a byte between regions: a span ending one region never starts the next)
+    # wrappers' messages; within each region the records are in file order
     records_buf = b"".join([buf, _GAP, *bodies, _GAP, *inners, _PAD])
     records = ByteBuffer(records_buf)
     body_length = np.array([len(b) for b in bodies], np.int64)
