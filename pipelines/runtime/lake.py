@@ -13,6 +13,7 @@ Creating and registering a table (its declared columns, partitioning and propert
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
+import pyarrow as pa
 from delta.tables import DeltaTable
 from py4j.protocol import Py4JError
 from pyspark.sql import DataFrame, SparkSession
@@ -28,6 +30,7 @@ from pyspark.sql.types import StructType
 from pyspark.util import inheritable_thread_target
 
 from pipelines.errors import UnsupportedTable
+from pipelines.runtime.files import normalise
 
 __all__ = [
     "METADATA_CONF",
@@ -65,6 +68,8 @@ __all__ = [
     "tagged_commits",
     "version",
 ]
+
+log = logging.getLogger("offsets_lakehouse")
 
 METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 SKIP_EMPTY_CONF = "spark.databricks.delta.skipRecordingEmptyCommits"
@@ -205,16 +210,86 @@ class DataFile:
 
 
 def data_files(
-    spark: SparkSession, paths: Mapping[str, str], partition_columns: Sequence[str], stats: Sequence[str] = ()
+    spark: SparkSession,
+    paths: Mapping[str, str],
+    partition_columns: Sequence[str],
+    stats: Sequence[str] = (),
+    versions: Mapping[str, int | None] | None = None,
 ) -> dict[str, list[DataFile]]:
-    """The data files of each table (name -> path; a name without a table maps to ``[]``), in one
-    Spark job over the snapshots' file lists: what a reader outside Spark (a Python task reading
-    its partition's files with pyarrow, :mod:`pipelines.runtime.files`) must read to see exactly
-    the current version.
+    """The data files of each table (name -> path; a name without a table maps to ``[]``) at its
+    current version, or at ``versions[name]`` where given: what a reader outside Spark (a Python
+    task reading its partition's files with pyarrow, :mod:`pipelines.runtime.files`) must read to
+    see exactly that version.
 
-    Refuses a table with deletion vectors (:class:`~pipelines.errors.UnsupportedTable`): its
-    files hold rows the version deleted, which a Parquet reader would see. This project never
-    enables them (docs/performance.md); a table someone altered must be switched back."""
+    Read from the Delta log by delta-rs (``deltalake``), in the driver and without a Spark job:
+    the file list of a table Spark has not touched in this process costs Spark a state
+    reconstruction (two jobs, about a second each on 2 cores), delta-rs milliseconds. A table
+    delta-rs cannot list (a protocol feature it lacks) is listed by Spark instead, from the
+    snapshot. Refuses a table with deletion vectors (:class:`~pipelines.errors.UnsupportedTable`):
+    its files hold rows the version deleted, which a Parquet reader would see. This project never
+    enables them; a table someone altered must be switched back."""
+    out: dict[str, list[DataFile]] = {}
+    fallback: dict[str, str] = {}
+    for name, path in paths.items():
+        at = (versions or {}).get(name)
+        try:
+            listed = _files_by_delta_rs(path, partition_columns, stats, at)
+        except UnsupportedTable:
+            raise
+        except Exception as exc:
+            log.debug("delta-rs cannot list %s (%s): Spark lists it", path, exc)
+            fallback[name] = path
+            continue
+        out[name] = listed
+    if fallback:
+        out |= _files_by_spark(spark, fallback, partition_columns, stats)
+    return out
+
+
+def _files_by_delta_rs(
+    path: str, partition_columns: Sequence[str], stats: Sequence[str], version: int | None
+) -> list[DataFile]:
+    from deltalake import DeltaTable  # local: only the driver lists files
+    from deltalake.exceptions import TableNotFoundError
+
+    uri = normalise(path)
+    try:
+        table = DeltaTable(uri, version=version) if version is not None else DeltaTable(uri)
+    except TableNotFoundError:
+        return []
+    features = set(table.protocol().reader_features or ())
+    if features - {"timestampNtz", "vacuumProtocolCheck", "v2Checkpoint"}:
+        # e.g. deletion vectors (delta-rs's add actions do not show them) or column mapping:
+        # Spark lists the files, and refuses deletion vectors file by file
+        raise ValueError(f"reader features {sorted(features)}")
+    adds = pa.table(table.get_add_actions(flatten=True))
+
+    def column(name: str) -> list[Any]:
+        return adds.column(name).to_pylist() if name in adds.column_names else [None] * adds.num_rows
+
+    parts = [[None if v is None else str(v) for v in column(f"partition.{c}")] for c in partition_columns]
+    rows = column("num_records")
+    low = {c: column(f"min.{c}") for c in stats}
+    high = {c: column(f"max.{c}") for c in stats}
+    nulls = {c: column(f"null_count.{c}") for c in stats}
+    root = path.rstrip("/")
+    return [
+        DataFile(
+            uri=_file_uri(root, rel),
+            partition=tuple(p[i] for p in parts),
+            rows=rows[i],
+            minimum={c: low[c][i] for c in stats},
+            maximum={c: high[c][i] for c in stats},
+            nulls={c: nulls[c][i] for c in stats},
+        )
+        for i, rel in enumerate(adds.column("path").to_pylist())
+    ]
+
+
+def _files_by_spark(
+    spark: SparkSession, paths: Mapping[str, str], partition_columns: Sequence[str], stats: Sequence[str]
+) -> dict[str, list[DataFile]]:
+    """:func:`data_files` from Spark's snapshots (current versions), in one job."""
     out: dict[str, list[DataFile]] = {name: [] for name in paths}
     frames = []
     for name, path in paths.items():
@@ -262,7 +337,7 @@ def data_files(
 def _file_uri(root: str, path: str) -> str:
     """A data file's location: the log's ``path`` is a URI-encoded path relative to the table
     (absolute only for a shallow clone's files)."""
-    if "://" in path or path.startswith("file:"):
+    if "://" in path or path.startswith(("file:", "/")):
         return unquote(path)
     return f"{root}/{unquote(path)}"
 
