@@ -125,8 +125,10 @@ def _tasks(spark: SparkSession, tables: Tables, plan: Plan) -> list[ReplayTask]:
     paths = {("silver", t): tables.path("silver", t) for t in SOURCE_TABLES}
     if plan.incremental:
         paths |= {("gold", t): tables.path("gold", t) for t in GOLD_TABLES}
+    # silver at the versions the plan consumes: a silver run committing meanwhile is the next run's
+    versions = {f"silver.{t}": plan.versions.get(t) for t in SOURCE_TABLES}
     found = lake.data_files(spark, {f"{layer}.{t}": p for (layer, t), p in paths.items()}, PART,
-                            ("record_offset", *INTERVALS.values()))  # fmt: skip
+                            ("record_offset", *INTERVALS.values()), versions)  # fmt: skip
     by_pair: dict[tuple[str, str, str], list[lake.DataFile]] = {}
     for name, files in found.items():
         for f in files:

@@ -23,7 +23,6 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 from delta.tables import DeltaTable
-from py4j.protocol import Py4JError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -39,13 +38,13 @@ __all__ = [
     "append",
     "append_counted",
     "changes",
+    "changes_arrow",
     "commit_empty",
     "commit_info",
     "commit_metadata",
     "data_files",
     "drop",
     "exists",
-    "file_ranges",
     "first_then_parallel",
     "in_parallel",
     "insert_new",
@@ -58,6 +57,7 @@ __all__ = [
     "partitions_predicate",
     "properties",
     "read",
+    "read_arrow",
     "read_at",
     "replace_if_changed",
     "replace_partitions",
@@ -115,7 +115,7 @@ def offset_ranges_predicate(
     A conjunction of :func:`partitions_predicate` (which Delta prunes files by) and the spans per
     pair. Delta's data skipping compares the spans with each file's offset minimum and maximum,
     but cannot pair them with the partition: over several partitions it keeps the files meeting
-    any partition's span (:func:`file_ranges` answers that question precisely)."""
+    any partition's span (:func:`data_files`' statistics answer that question precisely)."""
     terms = []
     for (cluster, part), ranges in sorted(spans.items()):
         between = " OR ".join(f"{prefix}{offset_column} BETWEEN {int(lo)} AND {int(hi)}" for lo, hi in sorted(ranges))
@@ -164,35 +164,14 @@ def _snapshot(spark: SparkSession, path: str) -> Any:
     return log.update(False, none, none)
 
 
-def any_rows(spark: SparkSession, path: str, where: str) -> bool:
+def any_rows(spark: SparkSession, path: str, where: str = "true") -> bool:
     """Whether the table at ``path`` has a row matching ``where`` (False when there is no table):
-    with a partition and file-statistics predicate, Delta answers it from the few files it keeps."""
+    with a partition and file-statistics predicate, Delta answers it from the few files it keeps;
+    without one (``true``), its log's file statistics answer it (no Spark job)."""
+    if where == "true":
+        return any(f.rows is None or f.rows > 0 for f in data_files(spark, {"t": path}, ())["t"])
     df = read(spark, path, where)
     return df is not None and not df.isEmpty()
-
-
-def file_ranges(
-    spark: SparkSession, path: str, column: str, partition_columns: tuple[str, ...]
-) -> list[tuple[tuple[str, ...], Any, Any]] | None:
-    """(partition values, minimum, maximum of the integer ``column``) of every data file of the table's
-    current version, from the statistics in its Delta log: no data file is read. Minimum and
-    maximum are None for a file written without statistics. None when there is no table, or
-    when the statistics cannot be reached.
-
-    Why not a query: Delta's data skipping cannot pair a partition value with a column range
-    (a filter ``(partition = 1 AND offset BETWEEN ..) OR (partition = 2 AND ..)`` keeps every
-    file whose range meets any partition's span), so a check over many partitions would read
-    most of their files. The snapshot's file list is delta-spark's internal API (``DeltaLog``):
-    a version that changes it makes this return None and the caller query instead."""
-    if not exists(spark, path):
-        return None
-    try:
-        files = DataFrame(_snapshot(spark, path).allFiles().toDF(), spark)
-    except (Py4JError, AttributeError, TypeError):  # not this delta-spark's API, or not a JVM session
-        return None
-    stats = [F.get_json_object("stats", f"$.{side}.{column}").cast("long") for side in ("minValues", "maxValues")]
-    parts = [F.col("partitionValues").getItem(c) for c in partition_columns]
-    return [(tuple(r[: len(parts)]), r[-2], r[-1]) for r in files.select(*parts, *stats).collect()]
 
 
 @dataclass(frozen=True)
@@ -342,6 +321,56 @@ def _file_uri(root: str, path: str) -> str:
     return f"{root}/{unquote(path)}"
 
 
+def read_arrow(
+    spark: SparkSession, path: str, columns: Sequence[str] | None = None, at: int | None = None
+) -> pa.Table | None:
+    """A small table (or its ``columns``) as Arrow on the driver, at its current version or at
+    ``at``; None when there is no table. Read by delta-rs without a Spark job (a table Spark has
+    not touched in this process costs a state reconstruction, about a second on 2 cores); Spark
+    reads what delta-rs cannot. For control tables and plans, never for a table's bulk."""
+    try:
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+
+        try:
+            table = DeltaTable(normalise(path), version=at) if at is not None else DeltaTable(normalise(path))
+        except TableNotFoundError:
+            return None
+        if table.protocol().reader_features:
+            raise ValueError(f"reader features {table.protocol().reader_features}")
+        out = table.to_pyarrow_table(columns=list(columns) if columns is not None else None)
+        return _plain_strings(out)
+    except Exception as exc:
+        log.debug("delta-rs cannot read %s (%s): Spark reads it", path, exc)
+    df = read(spark, path) if at is None else (read_at(spark, path, at) if exists(spark, path) else None)
+    if df is None:
+        return None
+    return df.select(*columns).toArrow() if columns is not None else df.toArrow()
+
+
+def changes_arrow(spark: SparkSession, path: str, start: int, end: int, columns: Sequence[str]) -> pa.Table:
+    """The change data feed of versions start..end (:func:`changes`) in ``columns`` (and
+    ``_change_type``) as Arrow on the driver: read by delta-rs without a Spark job, by Spark when
+    delta-rs cannot; a range the feed cannot serve raises Spark's error."""
+    try:
+        from deltalake import DeltaTable
+
+        table = DeltaTable(normalise(path), version=end)
+        if table.protocol().reader_features:
+            raise ValueError(f"reader features {table.protocol().reader_features}")
+        reader = table.load_cdf(starting_version=start, ending_version=end, columns=[*columns, "_change_type"])
+        return _plain_strings(pa.table(reader.read_all()))
+    except Exception as exc:
+        log.debug("delta-rs cannot read the change data feed of %s (%s): Spark reads it", path, exc)
+    return changes(spark, path, start, end).select(*columns, "_change_type").toArrow()
+
+
+def _plain_strings(table: pa.Table) -> pa.Table:
+    """delta-rs returns string views; the rest of the pipeline (and Spark) speaks plain strings."""
+    fields = [pa.field(f.name, pa.string() if pa.types.is_string_view(f.type) else f.type) for f in table.schema]
+    return table.cast(pa.schema(fields)) if any(pa.types.is_string_view(f.type) for f in table.schema) else table
+
+
 def version(spark: SparkSession, path: str) -> int | None:
     """The table's latest version, or None when there is no table yet."""
     if not exists(spark, path):
@@ -450,13 +479,13 @@ def append(frame: DataFrame, path: str) -> None:
 
 def append_counted(spark: SparkSession, path: str, frame: DataFrame) -> int:
     """:func:`append`, returning the rows written (the commit's ``numOutputRows``; no commit and 0
-    when there is nothing to write)."""
+    when there is nothing to write). The metrics come from the commit file, not a history query."""
     before = version(spark, path)
     append(frame, path)
-    commit = last_commit(spark, path)
-    if before is not None and int(commit["version"]) == before:
+    after = version(spark, path)
+    if after is None or after == before:
         return 0
-    return int((commit["operationMetrics"] or {}).get("numOutputRows", 0))
+    return int((commit_info(spark, path, after).get("operationMetrics") or {}).get("numOutputRows", 0))
 
 
 def insert_new(
