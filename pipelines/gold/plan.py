@@ -253,7 +253,9 @@ def progress_rows(
 ) -> None:
     """Write the plan's partition_progress rows: marked in flight before the writes (the commit
     still carries the versions consumed before), or with what the replay applied after them (and
-    the versions this run consumed)."""
+    the versions this run consumed). The table is small: it is overwritten whole, the other
+    partitions' rows as they were (a predicate on a column that is not a partition column would
+    make Delta scan and rewrite its files)."""
     path = tables.path("gold", "partition_progress")
     schema = tables.spec("gold", "partition_progress").struct()
     rows = []
@@ -273,11 +275,13 @@ def progress_rows(
                 "in_flight_run": None,
             }
         rows.append(tuple({**row, "cluster": pair[0], "offsets_partition": pair[1]}[c] for c in PROGRESS_COLUMNS))
+    planned = set(plan.pairs)
+    rows += [tuple(r[c] for c in PROGRESS_COLUMNS) for pair, r in sorted(plan.progress.items()) if pair not in planned]
     versions = plan.consumed if in_flight else plan.versions
     metadata = {"silver_versions": versions} if versions is not None else None
     frame = spark.createDataFrame(rows, schema)
     with lake.commit_metadata(spark, metadata):
         if rows:
-            lake.replace_where(frame, path, partitions_predicate(plan.pairs))
+            lake.replace_where(frame, path)
         else:
             lake.commit_empty(spark, path, schema, metadata)

