@@ -13,13 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.codec.segments import discover
 from pipelines.generate import generate
-from pipelines.inspect import iter_record_json
 from pipelines.quality.stage import run_quality
 from pipelines.quality.suites import Suites, load_suites
 from pipelines.runner import Context, run_job
 from pipelines.runtime.config import QualitySettings
+from tests.support.quality import log_counts, records_by_position
 
 MIN = 60_000
 
@@ -29,14 +28,6 @@ INTENDED = {
     # log, weeks of log time after it began (a hanging transaction for analysts to find)
     ("gold.pending_transactions", "transaction_resolved_within_max_age"),
 }
-
-
-def records_by_position(root: Path, cluster_of) -> dict[tuple[str, int, int], dict]:
-    out = {}
-    for seg in discover([root]):
-        for line in iter_record_json([seg]):
-            out[(cluster_of(seg), seg.partition, line["offset"])] = line
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -133,38 +124,21 @@ def test_clean_generated_data_passes_every_suite(lakehouse) -> None:
 def check_new_suites_saw_the_log(out: dict, records: dict[tuple[str, int, int], dict], state: dict) -> None:
     """What the suites of silver's and gold's other tables judged, counted from the files and the
     expected state: each passed on the rows it should have seen, not on an empty table."""
-    member_rows = tombstones = generations = 0
-    census = set()
-    open_generation: dict[tuple[int, str], int] = {}
-    for (_, part, _), line in sorted(records.items()):
-        kind = "control" if line["control"] else "tombstone" if line["tombstone"] else "data"
-        rtype = None if line["control"] else line["record_type"]
-        census.add((part, kind, rtype, line["value_version"] if kind == "data" else None))
-        tombstones += kind == "tombstone"
-        if rtype != 2:
-            continue
-        group = (part, line["key"]["group"])
-        if kind == "tombstone":
-            open_generation.pop(group, None)
-            continue
-        member_rows += max(len(line["value"]["members"]), 1)  # a record without members is one row
-        if open_generation.get(group) != line["value"]["generation"]:
-            generations += 1
-            open_generation[group] = line["value"]["generation"]
-    assert out[("silver.group_members", "members_match_their_record")].element_count == member_rows
-    assert out[("silver.tombstones", "tombstone_names_its_key")].element_count == tombstones
-    assert out[("silver.tombstones", "offsets_partition_matches_group")].element_count == tombstones
-    assert out[("silver.version_inventory", "census_counts_every_bronze_record")].element_count == len(census)
-    assert out[("gold.group_generations", "generations_chain")].element_count == generations
+    log = log_counts(records)
+    assert out[("silver.group_members", "members_match_their_record")].element_count == log.member_rows
+    assert out[("silver.tombstones", "tombstone_names_its_key")].element_count == log.tombstones
+    assert out[("silver.tombstones", "offsets_partition_matches_group")].element_count == log.tombstones
+    assert out[("silver.version_inventory", "census_counts_every_bronze_record")].element_count == len(log.census)
+    assert out[("gold.group_generations", "generations_chain")].element_count == log.generations
     members = sum(len(g["members"]) for g in state["consumer_groups"])
     assert out[("gold.consumer_group_members", "member_in_live_consumer_group")].element_count == members
     live = out[("gold.current_groups", "one_live_row_per_group_id")]
     assert live.element_count - live.details["missing_count"] == len(state["groups"])  # judged: live rows
-    assert out[("gold.partition_progress", "applied_within_silver")].element_count == 2
+    assert out[("gold.partition_progress", "applied_within_silver")].element_count == len(log.partitions)
     assert out[("silver.topic_ids", "topic_id_is_a_uuid")].element_count > 0
     # every live key has one open interval; the log commits each many times
     assert out[("gold.offset_history", "intervals_chain")].element_count > 2 * len(state["offsets"])
-    assert min(member_rows, tombstones, generations, members, len(state["groups"])) > 0
+    assert min(log.member_rows, log.tombstones, log.generations, members, len(state["groups"])) > 0
 
 
 def test_unchanged_tables_are_not_validated_again(lakehouse) -> None:
