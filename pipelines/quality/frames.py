@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 from pipelines.codec.partitioner import partition_for
 from pipelines.runtime import lake
 from pipelines.silver import KEY, QUALITY_REASON, RECORD_TABLES
+from pipelines.silver.inventory import INVENTORY_KEY
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -98,34 +99,53 @@ def silver_offset_commits(commits: DataFrame, partitions: dict[str, int | None],
 
 
 def silver_group_members(members: DataFrame, groups: DataFrame) -> DataFrame:
-    """One row per member of silver.group_members, plus one per group record without member rows
-    (full outer join on the record key), with
-    ``members_complete``: the record's member rows are exactly its ``member_count`` members,
-    indexed 0..n-1 once each (false for a member without its group record), and
-    ``consumer_protocol_decoded``: for protocol type ``consumer``, the subscription and assignment
-    bytes decoded (null for other protocol types and for record-only rows)."""
+    """One row per member of silver.group_members, plus one per group record without member rows,
+    with, per record key (the members and silver.group_metadata's rows in one window: a union, so
+    one shuffle and no join)
+    ``members_complete``  exactly one group record, whose ``member_count`` members are all there,
+                          indexed 0..n-1 once each (false for members without their record);
+    ``consumer_protocol_decoded``  for protocol type ``consumer``, the subscription and assignment
+                          bytes decoded (null for other protocol types and record-only rows)."""
     key = list(KEY)
-    counts = groups.select(*key, "member_count")
-    joined = members.join(counts, key, "full_outer")
+    none = {c: F.lit(None).cast(t) for c, t in (("member_index", "int"), ("member_count", "int"), ("s", "string"))}
+    member_rows = members.select(
+        *key,
+        "member_index",
+        "group_id",
+        "member_id",
+        "protocol_type",
+        "protocol_error",
+        none["member_count"].alias("member_count"),
+    )
+    record_rows = groups.select(
+        *key,
+        none["member_index"].alias("member_index"),
+        "group_id",
+        *(none["s"].alias(c) for c in ("member_id", "protocol_type", "protocol_error")),
+        "member_count",
+    )
     record = Window.partitionBy(*key)
     index = F.col("member_index")
     n = F.count(index).over(record)
     complete = (
-        (F.col("member_count") == n)
+        (F.count("member_count").over(record) == 1)  # the group record, once
+        & (F.max("member_count").over(record) == n)
         & (F.size(F.collect_set(index).over(record)) == n)
         & (F.coalesce(F.min(index).over(record), F.lit(0)) == 0)
         & (F.coalesce(F.max(index).over(record), F.lit(-1)) == n - 1)
     )
     decoded = F.when(F.col("protocol_type") == "consumer", F.col("protocol_error").isNull())
-    return joined.select(
+    rows = member_rows.unionByName(record_rows).select(
         *key,
         "member_index",
         "group_id",
         "member_id",
-        "member_count",
-        F.coalesce(complete, F.lit(False)).alias("members_complete"),
+        F.max("member_count").over(record).alias("member_count"),
+        n.alias("_members"),
+        complete.alias("members_complete"),
         decoded.alias("consumer_protocol_decoded"),
     )
+    return rows.where(index.isNotNull() | (F.col("_members") == 0)).drop("_members")
 
 
 # the record types whose tombstone keys carry more than the group id, and the field each names
@@ -151,38 +171,51 @@ def silver_tombstones(tombstones: DataFrame, partitions: dict[str, int | None]) 
 
 
 def silver_version_inventory(inventory: DataFrame, bronze: DataFrame) -> DataFrame:
-    """silver.version_inventory plus, per (cluster, offsets partition), whether its rows count every
-    bronze record once (``partition_census_complete``: the sum of ``records`` equals bronze's rows;
-    a bronze partition missing from the inventory is one row with null inventory columns), and per
-    row ``records_fit_offsets``: at least one record, first <= last offset, and no more records
-    than offsets between them."""
+    """silver.version_inventory plus
+    ``rows_with_key``        rows with the row's key (INVENTORY_KEY);
+    ``records_fit_offsets``  records >= 1, first <= last offset, and no more records than offsets
+                             between them (each record is one offset);
+    ``partition_census_complete``  per (cluster, offsets partition): the sum of ``records`` equals
+                             bronze's rows; a bronze partition missing from the inventory is one
+                             row with null inventory columns (bronze's counts and the inventory in
+                             one window: a union, not a join)."""
     part = ["cluster", "offsets_partition"]
-    counted = inventory.select(
-        *inventory.columns, F.sum("records").over(Window.partitionBy(*part)).alias("inventory_records")
-    )
-    per_partition = bronze.groupBy("cluster", F.col("partition").alias("offsets_partition")).agg(
+    counts = bronze.groupBy("cluster", F.col("partition").alias("offsets_partition")).agg(
         F.count(F.lit(1)).alias("bronze_records")
     )
-    joined = counted.join(per_partition, part, "full_outer")
+    rows = inventory.select(*inventory.columns, F.lit(None).cast("bigint").alias("bronze_records")).unionByName(
+        counts, allowMissingColumns=True
+    )
+    in_partition = Window.partitionBy(*part)
+    inventory_records = F.coalesce(F.sum("records").over(in_partition), F.lit(0))
+    bronze_records = F.coalesce(F.max("bronze_records").over(in_partition), F.lit(0))
+    inventory_rows = F.count("records").over(in_partition)
     fits = (
         (F.col("records") >= 1)
         & (F.col("first_offset") <= F.col("last_offset"))
         & (F.col("records") <= F.col("last_offset") - F.col("first_offset") + 1)
     )
-    complete = F.coalesce(F.col("inventory_records"), F.lit(0)) == F.coalesce(F.col("bronze_records"), F.lit(0))
-    return joined.select(
+    judged = rows.select(
         *inventory.columns,
-        "bronze_records",
-        "inventory_records",
+        bronze_records.alias("bronze_records"),
+        inventory_records.alias("inventory_records"),
+        inventory_rows.alias("_inventory_rows"),
+        F.when(F.col("records").isNotNull(), F.count("records").over(Window.partitionBy(*INVENTORY_KEY))).alias(
+            "rows_with_key"
+        ),
         F.when(F.col("records").isNotNull(), fits).alias("records_fit_offsets"),
-        complete.alias("partition_census_complete"),
+        (inventory_records == bronze_records).alias("partition_census_complete"),
     )
+    # the inventory's rows, and bronze's count row only where the partition has none
+    return judged.where(F.col("records").isNotNull() | (F.col("_inventory_rows") == 0)).drop("_inventory_rows")
 
 
 def silver_topic_ids(topic_ids: DataFrame) -> DataFrame:
-    """silver.topic_ids plus ``names_of_topic_id``: how many names the cluster's log pairs the id with."""
+    """silver.topic_ids plus ``names_of_topic_id`` (how many names the cluster's log pairs the id
+    with) and ``rows_with_key`` (rows of the row's (cluster, topic_id, topic_name))."""
     names = F.size(F.collect_set("topic_name").over(Window.partitionBy("cluster", "topic_id")))
-    return topic_ids.select(*topic_ids.columns, names.alias("names_of_topic_id"))
+    rows = F.count(F.lit(1)).over(Window.partitionBy("cluster", "topic_id", "topic_name"))
+    return topic_ids.select(*topic_ids.columns, names.alias("names_of_topic_id"), rows.alias("rows_with_key"))
 
 
 def silver_quarantine(bronze: DataFrame, quarantine: DataFrame | None) -> DataFrame:
@@ -240,6 +273,7 @@ DELETE_CAUSES = ("group_deletion", "expiry", "explicit_delete", "transaction_abo
 
 def gold_current_groups(groups: DataFrame) -> DataFrame:
     """gold.current_groups plus
+    ``rows_with_key``       rows with the row's (cluster, group_id, protocol);
     ``live_rows_of_group``  live rows with the row's (cluster, group_id), on live rows (null on
                             deleted ones): listGroups lists an id once;
     ``cause_matches_deleted``  deleted rows carry a known cause, live rows none;
@@ -268,6 +302,7 @@ def gold_current_groups(groups: DataFrame) -> DataFrame:
     ahead = F.when(live & (F.col("protocol") == "consumer"), F.col("assignment_epoch") <= F.col("generation"))
     return groups.select(
         *groups.columns,
+        F.count(F.lit(1)).over(Window.partitionBy("cluster", "group_id", "protocol")).alias("rows_with_key"),
         F.when(live, live_rows).alias("live_rows_of_group"),
         cause.alias("cause_matches_deleted"),
         F.when(live, reason).alias("exists_for_its_reason"),
@@ -363,7 +398,8 @@ def _topic_partitions(column: str):
 
 
 def gold_consumer_group_members(members: DataFrame, groups: DataFrame) -> DataFrame:
-    """gold.consumer_group_members plus, from gold.current_groups' live consumer group of the member,
+    """gold.consumer_group_members plus ``rows_with_key`` (rows of the row's (cluster, group_id,
+    member_id)) and, from gold.current_groups' live consumer group of the member,
     ``in_live_group``  the member's group is a live consumer group (the coordinator writes a
                        member's tombstones before its group's);
     ``member_epoch_not_ahead``  member_epoch <= the group epoch (null without both);
@@ -372,7 +408,7 @@ def gold_consumer_group_members(members: DataFrame, groups: DataFrame) -> DataFr
     live = groups.where(~F.col("deleted") & (F.col("protocol") == "consumer")).select(
         "cluster", "group_id", F.col("generation").alias("group_epoch"), F.lit(True).alias("_group")
     )
-    joined = members.join(live, ["cluster", "group_id"], "left")
+    joined = members.join(F.broadcast(live), ["cluster", "group_id"], "left")
     overlap = F.arrays_overlap(
         _topic_partitions("assigned_partitions"), _topic_partitions("partitions_pending_revocation")
     )
@@ -384,6 +420,7 @@ def gold_consumer_group_members(members: DataFrame, groups: DataFrame) -> DataFr
         "member_epoch",
         "state",
         "group_epoch",
+        F.count(F.lit(1)).over(Window.partitionBy("cluster", "group_id", "member_id")).alias("rows_with_key"),
         F.coalesce(F.col("_group"), F.lit(False)).alias("in_live_group"),
         (F.col("member_epoch") <= F.col("group_epoch")).alias("member_epoch_not_ahead"),
         (~overlap).alias("assigned_and_revoking_disjoint"),
@@ -392,6 +429,7 @@ def gold_consumer_group_members(members: DataFrame, groups: DataFrame) -> DataFr
 
 def gold_partition_progress(progress: DataFrame, inventory: DataFrame | None) -> DataFrame:
     """gold.partition_progress plus
+    ``rows_with_key``       rows of the row's (cluster, offsets_partition);
     ``events_fit_applied``  no applied offset and no event, or between 1 and applied_offset + 1
                             events (each event is a distinct offset <= the applied one);
     ``applied_within_silver``  the applied offset is at or below the last record silver holds for
@@ -402,13 +440,14 @@ def gold_partition_progress(progress: DataFrame, inventory: DataFrame | None) ->
             [], "cluster string, offsets_partition int, last_offset bigint"
         )
     last = inventory.groupBy(*part).agg(F.max("last_offset").alias("silver_last_offset"))
-    joined = progress.join(last, part, "left")
+    joined = progress.join(F.broadcast(last), part, "left")
     applied, events = F.col("applied_offset"), F.col("events_applied")
     fits = F.when(applied.isNull(), events == 0).otherwise((events >= 1) & (events <= applied + 1))
     within = F.when(applied.isNotNull(), F.coalesce(applied <= F.col("silver_last_offset"), F.lit(False)))
     return joined.select(
         *progress.columns,
         "silver_last_offset",
+        F.count(F.lit(1)).over(Window.partitionBy(*part)).alias("rows_with_key"),
         fits.alias("events_fit_applied"),
         within.alias("applied_within_silver"),
     )
@@ -495,20 +534,23 @@ def _read(spark: SparkSession, tables: Tables, layer: str, table: str) -> DataFr
 
 def load_frame(name: str, spark: SparkSession, tables: Tables, inputs: Inputs) -> Frame:
     """The frame of the suite ``name`` from the lakehouse's tables."""
-    bronze = _read(spark, tables, "bronze", "offsets_records")
-    if bronze is None:
+    if not lake.exists(spark, tables.path("bronze", "offsets_records")):
         return Frame(None, missing="no bronze.offsets_records table yet")
+
+    def bronze() -> DataFrame:  # read by the frames that use it only (a snapshot read per suite adds up)
+        return lake.read(spark, tables.path("bronze", "offsets_records"))  # type: ignore[return-value]
+
     if name == "bronze.offsets_records":
-        return Frame(bronze_offsets_records(bronze))
+        return Frame(bronze_offsets_records(bronze()))
     if name == "silver.quarantine":
         if _read(spark, tables, "silver", "progress") is None:
             return Frame(None, missing="silver has not run yet")
-        return Frame(silver_quarantine(bronze, _read(spark, tables, "silver", "quarantine")))
+        return Frame(silver_quarantine(bronze(), _read(spark, tables, "silver", "quarantine")))
     if name == "gold.reconciliation":
         if _read(spark, tables, "silver", "progress") is None:
             return Frame(None, missing="silver has not run yet")
         silver = [df for t in RECORD_TABLES if (df := _read(spark, tables, "silver", t)) is not None]
-        return Frame(gold_reconciliation(bronze, silver))
+        return Frame(gold_reconciliation(bronze(), silver))
     if name == "gold.truth_snapshot":
         if inputs.truth is None:
             return Frame(None, missing="no truth snapshot (quality.truth_snapshot in jobs.yaml)")
@@ -528,13 +570,13 @@ def load_frame(name: str, spark: SparkSession, tables: Tables, inputs: Inputs) -
         groups = _read(spark, tables, "silver", "group_metadata")
         if groups is None:  # members without any group record: every one of them is an orphan
             groups = spark.createDataFrame(
-                [], "cluster string, offsets_partition int, record_offset bigint, member_count int"
+                [], "cluster string, offsets_partition int, record_offset bigint, group_id string, member_count int"
             )
         return Frame(silver_group_members(df, groups))
     if name == "silver.tombstones":
         return silver_tombstones(df, inputs.partitions)
     if name == "silver.version_inventory":
-        return Frame(silver_version_inventory(df, bronze))
+        return Frame(silver_version_inventory(df, bronze()))
     if name == "silver.topic_ids":
         return Frame(silver_topic_ids(df))
     if name == "gold.current_groups":
@@ -553,7 +595,7 @@ def load_frame(name: str, spark: SparkSession, tables: Tables, inputs: Inputs) -
     if name == "gold.current_offsets":
         return Frame(gold_current_offsets(df))
     if name == "gold.pending_transactions":
-        return Frame(gold_pending_transactions(df, bronze))
+        return Frame(gold_pending_transactions(df, bronze()))
     if name in ("gold.current_lag", "gold.lag_history"):
         return Frame(gold_lag(df))
     return Frame(df)

@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 import pytest
 
 from pipelines.quality import frames
+from pipelines.quality.engine import engine
 from pipelines.quality.stage import evaluate_suite, params_of
 from pipelines.quality.suites import load_suites
 from pipelines.runtime.config import QualitySettings
@@ -302,14 +303,14 @@ def test_reconciliation_and_truth_rules(spark, suites) -> None:
 def test_silver_group_members_rules(spark, suites) -> None:
     groups = spark.createDataFrame(
         [
-            ("c1", 0, 10, 2),  # members 0 and 1: complete
-            ("c1", 0, 11, 2),  # only member 0: one missing
-            ("c1", 0, 12, 1),  # member 0 twice
-            ("c1", 0, 13, 0),  # an Empty group: no member rows, none expected
-            ("c1", 0, 14, 1),  # its one member is missing
-            ("c1", 0, 16, 2),  # members 0 and 2: index 1 missing, 2 out of range
+            ("c1", 0, 10, "g", 2),  # members 0 and 1: complete
+            ("c1", 0, 11, "g", 2),  # only member 0: one missing
+            ("c1", 0, 12, "g", 1),  # member 0 twice
+            ("c1", 0, 13, "g", 0),  # an Empty group: no member rows, none expected
+            ("c1", 0, 14, "g", 1),  # its one member is missing
+            ("c1", 0, 16, "g", 2),  # members 0 and 2: index 1 missing, 2 out of range
         ],
-        "cluster string, offsets_partition int, record_offset bigint, member_count int",
+        "cluster string, offsets_partition int, record_offset bigint, group_id string, member_count int",
     )
     members = spark.createDataFrame(
         [
@@ -410,6 +411,34 @@ def test_silver_topic_ids_rules(spark, suites) -> None:
     }
     assert out["one_name_per_topic_id"].action == "warned"
     assert {o.action for n, o in out.items() if n != "one_name_per_topic_id"} == {"failed"}
+    samples = out["topic_id_is_a_uuid"].details["partial_unexpected_list"]
+    assert sorted(samples) == sorted(["AAAAAAAAAAAAAAAAAAAAAA", "Mj7b3x1aQO2Fq0h9Yw_-kB", "short"])
+
+
+def test_samples_are_asked_for_only_when_a_rule_fails(spark, suites, monkeypatch) -> None:
+    """A first pass asks GX for counts only (no sample query per rule); a suite with a failing rule
+    is validated again with samples, and only that validation stays for the Data Docs."""
+    from pipelines.quality import engine as gx_engine
+
+    formats = []
+    real_run = gx_engine.Engine._run
+
+    def spy(self, definition, suite, df, params, run_id, result_format):
+        formats.append(result_format["partial_unexpected_count"])
+        return real_run(self, definition, suite, df, params, run_id, result_format)
+
+    monkeypatch.setattr(gx_engine.Engine, "_run", spy)
+    store = engine().context.validation_results_store
+    good = ("c1", "Mj7b3x1aQO2Fq0h9Yw_-kA", "orders")
+    for rows, passes in (([good], True), ([good, ("c1", "short", "s")], False)):
+        formats.clear()
+        stored = set(store.list_keys())
+        df = spark.createDataFrame(rows, "cluster string, topic_id string, topic_name string")
+        out, _ = run(suites, "silver.topic_ids", frames.Frame(frames.silver_topic_ids(df)))
+        assert formats == ([0] if passes else [0, 10])
+        assert len(set(store.list_keys()) - stored) == 1
+        samples = out["topic_id_is_a_uuid"].details["partial_unexpected_list"]
+        assert samples == ([] if passes else ["short"])
 
 
 def test_gold_current_groups_rules(spark, suites) -> None:
@@ -515,6 +544,7 @@ def test_gold_group_generations_rules(spark, suites) -> None:
         "generation_rises_at_rebalance": (False, 1),  # b at 10
         "records_within_generation": (False, 3),  # e, f, h
     }
+    assert out["generation_rises_at_rebalance"].action == "warned"
     # judged where a rebalance ended a generation and the next one is there: a, b and d at 10
     assert out["generation_rises_at_rebalance"].details["missing_count"] == 13 - 3
 
