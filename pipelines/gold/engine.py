@@ -36,7 +36,6 @@ The rules, per batch (the unit the coordinator writes atomically):
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +43,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipelines.gold.handles import Values, concat, concat_all, renamed, rows, set_column
 from pipelines.runtime.ddl import arrow_type
 
 __all__ = [
@@ -158,40 +158,6 @@ class PartitionOutput:
     changed: dict[str, bool] = field(default_factory=dict)
 
 
-class _Values:
-    """Rows that carry values, indexed by handle: the persisted rows first, then the events."""
-
-    def __init__(self, parts: Sequence[pa.Table | None], columns: Sequence[str]) -> None:
-        self.columns = tuple(columns)
-        tables = [t.select(list(self.columns)) for t in parts if t is not None and t.num_rows]
-        schema = tables[0].schema if tables else None
-        self.table = pa.concat_tables([t.cast(schema) for t in tables]) if tables else None
-        self.starts: list[int] = []
-        n = 0
-        for t in parts:
-            self.starts.append(n)
-            n += 0 if t is None else t.num_rows
-
-    def column(self, name: str) -> list[Any]:
-        return [] if self.table is None else self.table.column(name).to_pylist()
-
-    def take(self, handles: list[int | None], names: Sequence[str] | None = None) -> list[pa.ChunkedArray]:
-        idx = pa.array(handles, pa.int64())
-        return [self.table.column(n).take(idx) for n in (names or self.columns)]  # type: ignore[union-attr]
-
-
-def _renamed(table: pa.Table | None, names: dict[str, str]) -> pa.Table | None:
-    if table is None:
-        return None
-    return table.rename_columns([names.get(c, c) for c in table.column_names])
-
-
-def _rows(table: pa.Table | None, columns: Sequence[str]) -> list[tuple]:
-    if table is None or not table.num_rows:
-        return []
-    return list(zip(*(table.column(c).to_pylist() for c in columns), strict=True))
-
-
 class PartitionReplay:
     """Replays one partition's events on its persisted state; :meth:`run` returns the rows to write."""
 
@@ -210,21 +176,21 @@ class PartitionReplay:
         ev = inp.events
         # offsets: handles into the persisted offsets, the persisted pending offsets, then the events
         ev_values = ev.append_column("record_timestamp", ev.column("timestamp_ms"))
-        self.values = _Values([inp.offsets, inp.pending, ev_values], (*KEY, *LAST_VALUE, *RECORD))
+        self.values = Values([inp.offsets, inp.pending, ev_values], (*KEY, *LAST_VALUE, *RECORD))
         self.v_record_offset = self.values.column("record_offset")
         self.v_version = self.values.column("value_version")
         self.v_expire = self.values.column("expire_timestamp")
         self.v_commit_ts = self.values.column("commit_timestamp")
         self.ev0 = self.values.starts[2]
         # group generations: the fields of a generation's last record
-        ev_gen = _renamed(ev, {"record_offset": "last_record_offset"})
-        self.gen_values = _Values([inp.generations, ev_gen], GENERATION_LAST)
+        ev_gen = renamed(ev, {"record_offset": "last_record_offset"})
+        self.gen_values = Values([inp.generations, ev_gen], GENERATION_LAST)
         self.gen_ev0 = self.gen_values.starts[1]
         # KIP-848 members: one value table per record type
         ev_members = ev.append_column("record_offset_5", ev.column("record_offset"))
         ev_members = ev_members.append_column("record_offset_7", ev.column("record_offset"))
         ev_members = ev_members.append_column("record_offset_8", ev.column("record_offset"))
-        self.member_values = [_Values([inp.members, ev_members], cols) for cols in MEMBER_COLUMNS]
+        self.member_values = [Values([inp.members, ev_members], cols) for cols in MEMBER_COLUMNS]
         self.mem_ev0 = self.member_values[0].starts[1]
 
         # -- the state ---------------------------------------------------------------------------
@@ -255,7 +221,7 @@ class PartitionReplay:
     def _restore(self) -> None:
         inp = self.inp
         cols = (*KEY, "deleted", "deleted_offset", "deleted_timestamp", "delete_cause")
-        for h, (g, t, p, deleted, d_off, d_ts, cause) in enumerate(_rows(inp.offsets, cols)):
+        for h, (g, t, p, deleted, d_off, d_ts, cause) in enumerate(rows(inp.offsets, cols)):
             key = (g, t, p)
             self.key_handle[key] = h
             if deleted:
@@ -263,12 +229,12 @@ class PartitionReplay:
             else:
                 self._set_live(key, h)
         base = self.values.starts[1]
-        for i, (pid, g, t, p) in enumerate(_rows(inp.pending, ("producer_id", *KEY))):
+        for i, (pid, g, t, p) in enumerate(rows(inp.pending, ("producer_id", *KEY))):
             self.pending.setdefault(pid, {})[(g, t, p)] = base + i
             self.key_handle.setdefault((g, t, p), base + i)
             self.pending_count[g] = self.pending_count.get(g, 0) + 1
         self.restored_groups: dict[tuple[str, str], int] = {}
-        for i, row in enumerate(_rows(inp.groups, ("protocol", "group_id", *GROUP_ROW))):
+        for i, row in enumerate(rows(inp.groups, ("protocol", "group_id", *GROUP_ROW))):
             protocol, g, *rest = row
             self.restored_groups[(protocol, g)] = i
             if rest[10]:  # deleted
@@ -284,12 +250,12 @@ class PartitionReplay:
                     self.assignment_epoch[g] = rest[6]
         self.restored_generations: dict[str, int] = {}
         gen_cols = ("group_id", "generation", "started_offset", "started_timestamp", "records")
-        for i, (g, gen, start, start_ts, records) in enumerate(_rows(inp.generations, gen_cols)):
+        for i, (g, gen, start, start_ts, records) in enumerate(rows(inp.generations, gen_cols)):
             self.restored_generations[g] = i
             self.generation[g] = [gen, start, start_ts, records, i]
         self.restored_members: dict[tuple[str, str], int] = {}
         for i, (g, m, r5, r7, r8) in enumerate(
-            _rows(inp.members, ("group_id", "member_id", "record_offset_5", "record_offset_7", "record_offset_8"))
+            rows(inp.members, ("group_id", "member_id", "record_offset_5", "record_offset_7", "record_offset_8"))
         ):
             self.restored_members[(g, m)] = i
             self.member_slots[(g, m)] = [None if r is None else i for r in (r5, r7, r8)]
@@ -663,11 +629,11 @@ class PartitionReplay:
                 "updated_run_id": pa.array([self.run_id] * len(changed), pa.string()),
             },
         )
-        return _concat(self.inp.offsets, keep, built)
+        return concat(self.inp.offsets, keep, built)
 
     def _restored_keys(self) -> list[tuple[tuple, int]]:
         t = self.inp.offsets
-        return [] if t is None else [(k, h) for h, k in enumerate(_rows(t, KEY))]
+        return [] if t is None else [(k, h) for h, k in enumerate(rows(t, KEY))]
 
     def _pending_table(self) -> pa.Table:
         entries = [(pid, key, h) for pid, pend in sorted(self.pending.items()) for key, h in sorted(pend.items())]
@@ -692,7 +658,7 @@ class PartitionReplay:
             columns[name] = pa.array([r[i] for r in rows], types.get(name, pa.string()))
         columns["state_offset"] = pa.array([at for _, (at, _) in changed], pa.int64())
         columns["updated_run_id"] = pa.array([self.run_id] * len(changed), pa.string())
-        return _concat(self.inp.groups, keep, pa.table(columns))
+        return concat(self.inp.groups, keep, pa.table(columns))
 
     def _history_table(self) -> pa.Table:
         """Intervals this run closed and every interval open now (see the module docstring)."""
@@ -717,7 +683,7 @@ class PartitionReplay:
         keep, close, close_to = [], [], []
         hist = self.inp.history
         if hist is not None and hist.num_rows:
-            for i, key in enumerate(_rows(hist, KEY)):
+            for i, key in enumerate(rows(hist, KEY)):
                 changes = self.history.get(key)
                 if changes is None:
                     keep.append(i)
@@ -745,11 +711,11 @@ class PartitionReplay:
         if hist is not None and hist.num_rows:
             parts.insert(0, hist.take(pa.array(keep, pa.int64())))
             closed = hist.take(pa.array(close, pa.int64()))
-            closed = _set(closed, "valid_to_offset", pa.array([t[0] for t in close_to], pa.int64()))
-            closed = _set(closed, "valid_to_timestamp", pa.array([t[1] for t in close_to], pa.int64()))
-            closed = _set(closed, "updated_run_id", pa.array([self.run_id] * len(close), pa.string()))
+            closed = set_column(closed, "valid_to_offset", pa.array([t[0] for t in close_to], pa.int64()))
+            closed = set_column(closed, "valid_to_timestamp", pa.array([t[1] for t in close_to], pa.int64()))
+            closed = set_column(closed, "updated_run_id", pa.array([self.run_id] * len(close), pa.string()))
             parts.insert(1, closed)
-        return _concat_all(parts, built.schema)
+        return concat_all(parts, built.schema)
 
     def _generations_table(self) -> pa.Table:
         keep = [i for g, i in self.restored_generations.items() if g not in self.touched_generations]
@@ -773,7 +739,7 @@ class PartitionReplay:
                 "updated_run_id": pa.array([self.run_id] * len(rows), pa.string()),
             },
         )
-        return _concat(self.inp.generations, keep, built)
+        return concat(self.inp.generations, keep, built)
 
     def _members_table(self) -> pa.Table:
         keep = [i for m, i in self.restored_members.items() if m not in self.changed_members]
@@ -786,7 +752,7 @@ class PartitionReplay:
             handles = [self.member_slots[m][slot] for m in live]
             columns.update(zip(values.columns, values.take(handles), strict=True))
         columns["updated_run_id"] = pa.array([self.run_id] * len(live), pa.string())
-        return _concat(self.inp.members, keep, pa.table(columns))
+        return concat(self.inp.members, keep, pa.table(columns))
 
 
 _EVENT_FIELDS = (
@@ -794,22 +760,3 @@ _EVENT_FIELDS = (
     "value_version", "group_id", "topic", "partition", "generation", "protocol_type", "assignor", "leader",
     "current_state_timestamp", "member_count", "control_type_id", "member_id",
 )  # fmt: skip
-
-
-def _set(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
-    return table.set_column(table.schema.get_field_index(name), name, values)
-
-
-def _concat(restored: pa.Table | None, keep: list[int], built: pa.Table) -> pa.Table:
-    """The restored rows kept unchanged, then the rows this run built, in the built columns."""
-    if restored is None or not restored.num_rows:
-        return built
-    return _concat_all([restored.take(pa.array(keep, pa.int64())), built], built.schema)
-
-
-def _concat_all(parts: list[pa.Table], schema: pa.Schema) -> pa.Table:
-    out = []
-    for t in parts:
-        t = t.select(schema.names)
-        out.append(t.cast(schema) if t.schema != schema else t)
-    return pa.concat_tables(out)
