@@ -578,3 +578,197 @@ def test_a_later_group_tombstone_keeps_how_an_offsets_only_group_went() -> None:
             "offsets",
             1,
         ), cut
+
+
+# -- share and streams members (Kafka 4.2's member lifecycle; docs/gold.md) ---------------------------
+TP = [{"topic_id": "AAAAAAAAAAAAAAAAAAAAAQ", "topic": "t", "partitions": [0, 1], "assignment_epochs": None}]
+
+
+def _batch(first: int, *events: tuple[str, int, dict]) -> list[dict]:
+    """Events of one batch starting at ``first``: (kind, record type, fields) each."""
+    return [
+        _ev(first + i, kind, record_type=rtype, group_id=fields.pop("group", "sg"), **fields) | {"batch_id": first}
+        for i, (kind, rtype, fields) in enumerate(events)
+    ]
+
+
+def _share_log() -> list[list[dict]]:
+    meta = {"rack_id": "r", "client_id": "c", "client_host": "/h", "subscribed_topic_names": ["t"]}
+    current = {"member_epoch": 1, "previous_member_epoch": 0, "state": 0, "assigned_partitions": TP}
+    return [
+        _batch(
+            0,
+            (ge.MEMBER, 10, {"member_id": "m1", **meta}),
+            (ge.NEW_GROUP, 11, {"generation": 1}),
+            (ge.NEW_GROUP, 12, {"assignment_epoch": 1}),
+            (
+                ge.MEMBER,
+                13,
+                {
+                    "member_id": "m1",
+                    "target_partitions": [{k: v for k, v in TP[0].items() if k != "assignment_epochs"}],
+                },
+            ),
+            (ge.MEMBER, 14, {"member_id": "m1", **current}),
+        ),
+        # the member is fenced: current and target tombstoned, the group epoch bumped
+        _batch(
+            5,
+            (ge.MEMBER_TOMBSTONE, 14, {"member_id": "m1"}),
+            (ge.MEMBER_TOMBSTONE, 13, {"member_id": "m1"}),
+            (ge.NEW_GROUP, 11, {"generation": 2}),
+        ),
+        # tombstones of a member the group does not have
+        _batch(8, (ge.MEMBER_TOMBSTONE, 14, {"member_id": "ghost"}), (ge.MEMBER_TOMBSTONE, 10, {"member_id": "ghost"})),
+        # the member is removed
+        _batch(10, (ge.MEMBER_TOMBSTONE, 10, {"member_id": "m1"}), (ge.NEW_GROUP, 11, {"generation": 3})),
+    ]
+
+
+def _member_state(lake: Lake) -> dict:
+    return {
+        r["member_id"]: (
+            r["member_epoch"],
+            r["previous_member_epoch"],
+            r["state"],
+            r["assigned_partitions"],
+            r["target_partitions"],
+            r["record_offset_10"],
+            r["record_offset_14"],
+        )
+        for r in lake.rows("share_group_members")
+    }
+
+
+def test_share_member_lifecycle_by_example() -> None:
+    """A current assignment tombstone leaves the member with epochs -1 and nothing assigned (state
+    and metadata kept); tombstones of non-members change nothing; the metadata tombstone removes
+    it. The same whether the batches come in one run or one run each (restored from the rows)."""
+    tp = [{"topic_id": TP[0]["topic_id"], "topic": "t", "partitions": [0, 1]}]
+    want = [
+        {"m1": (1, 0, 0, tp, tp, 0, 4)},
+        {"m1": (-1, -1, 0, [], None, 0, 5)},
+        {"m1": (-1, -1, 0, [], None, 0, 5)},
+        {},
+    ]
+    log = _share_log()
+    split = Lake()
+    for i, b in enumerate(log):
+        split.run(0, b)
+        assert _member_state(split) == want[i], i
+        whole = Lake()
+        whole.run(0, [e for bb in log[: i + 1] for e in bb])
+        assert [r | {"updated_run_id": None} for r in whole.rows("share_group_members")] == [
+            r | {"updated_run_id": None} for r in split.rows("share_group_members")
+        ], i
+    [g] = [r for r in split.rows("current_groups") if r["protocol"] == "share"]
+    assert (g["generation"], g["assignment_epoch"], g["topology_epoch"], g["validated_topology_epoch"]) == (
+        3,
+        1,
+        None,
+        None,
+    )
+
+
+def test_streams_members_topology_and_group_columns_by_example() -> None:
+    tasks = [{"subtopology_id": "0", "partitions": [0], "assignment_epochs": [1]}]
+    sub = {
+        "subtopology_id": "0",
+        "source_topics": ["in"],
+        "source_topic_regex": [],
+        "state_changelog_topics": [],
+        "repartition_sink_topics": [],
+        "repartition_source_topics": [],
+        "copartition_groups": [],
+    }
+    current = {
+        "member_epoch": 1,
+        "previous_member_epoch": 0,
+        "state": 2,
+        "active_tasks": tasks,
+        "standby_tasks": [],
+        "warmup_tasks": [],
+        "active_tasks_pending_revocation": tasks,
+        "standby_tasks_pending_revocation": [],
+        "warmup_tasks_pending_revocation": [],
+    }
+    log = [
+        _batch(
+            0,
+            (ge.NEW_GROUP, 17, {"group": "st", "generation": 2, "validated_topology_epoch": 0}),
+            (
+                ge.MEMBER,
+                19,
+                {
+                    "group": "st",
+                    "member_id": "m1",
+                    "process_id": "p",
+                    "topology_epoch": 0,
+                    "user_endpoint": {"host": "h", "port": 1},
+                    "client_tags": [{"key": "k", "value": "v"}],
+                },
+            ),
+            (ge.NEW_GROUP, 20, {"group": "st", "assignment_epoch": 1}),
+            (
+                ge.MEMBER,
+                21,
+                {"group": "st", "member_id": "m1", "target_active_tasks": [{"subtopology_id": "0", "partitions": [0]}]},
+            ),
+            (ge.MEMBER, 22, {"group": "st", "member_id": "m1", **current}),
+            (
+                ge.NEW_GROUP,
+                23,
+                {"group": "st", "topology": {"epoch": 4, "subtopologies": [sub, sub | {"subtopology_id": "1"}]}},
+            ),
+        ),
+        _batch(6, (ge.MEMBER_TOMBSTONE, 22, {"group": "st", "member_id": "m1"})),
+    ]
+    lake = Lake()
+    lake.run(0, log[0])
+    [m] = lake.rows("streams_group_members")
+    assert (m["process_id"], m["user_endpoint"], m["client_tags"], m["topology_epoch"]) == (
+        "p",
+        {"host": "h", "port": 1},
+        [{"key": "k", "value": "v"}],
+        0,
+    )
+    assert (m["member_epoch"], m["state"], m["active_tasks"], m["active_tasks_pending_revocation"]) == (
+        1,
+        2,
+        tasks,
+        tasks,
+    )
+    assert m["target_active_tasks"] == [{"subtopology_id": "0", "partitions": [0]}]
+    [g] = [r for r in lake.rows("current_groups") if r["protocol"] == "streams"]
+    assert (g["generation"], g["assignment_epoch"], g["topology_epoch"], g["validated_topology_epoch"]) == (2, 1, 4, 0)
+    topo = lake.rows("streams_group_topologies")
+    assert [
+        (r["group_id"], r["subtopology_id"], r["topology_epoch"], r["source_topics"], r["record_offset"]) for r in topo
+    ] == [("st", "0", 4, ["in"], 5), ("st", "1", 4, ["in"], 5)]
+    lake.run(0, log[1])
+    [m] = lake.rows("streams_group_members")
+    assert (m["member_epoch"], m["previous_member_epoch"], m["state"], m["record_offset_22"]) == (-1, -1, 2, 6)
+    assert m["active_tasks"] == m["active_tasks_pending_revocation"] == [] and m["process_id"] == "p"
+    assert len(lake.rows("streams_group_topologies")) == 2  # untouched by the run: kept as they were
+
+
+def test_new_tables_come_out_in_their_declared_columns() -> None:
+    """The share/streams tables the engine returns have gold.yaml's columns and types (build.py
+    casts by name; a missing or renamed column would fail the write)."""
+    from pipelines.runtime.ddl import arrow_type
+    from pipelines.runtime.tables import load_specs
+
+    gold = load_specs()["gold"]
+    events = [e for b in _share_log() for e in b]
+    out = Lake().run(0, events).tables
+    compared = 0
+    for table in ("share_group_members", "streams_group_members", "streams_group_topologies", "current_groups"):
+        declared = [
+            (c.name, arrow_type(c.type)) for c in gold[table].columns if c.name not in ("cluster", "offsets_partition")
+        ]
+        got = out[table].schema
+        assert sorted(got.names) == sorted(n for n, _ in declared), table
+        for name, typ in declared:
+            assert got.field(name).type == typ, (table, name)
+            compared += 1
+    assert compared > 60
