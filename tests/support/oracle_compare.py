@@ -356,7 +356,9 @@ def _normalise(section: str, row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def compare_with_snapshot(cluster: ClusterModel, snapshot: dict[str, Any]) -> Comparison:
+def compare_with_snapshot(
+    cluster: ClusterModel, snapshot: dict[str, Any], sections: Sequence[str] = tuple(SNAPSHOT_SECTIONS)
+) -> Comparison:
     """The oracle against ``expected-state.json`` / ``Replay.snapshot()``, section by section.
 
     One difference is set aside, each instance named in ``accepted``: a group id with live
@@ -366,7 +368,8 @@ def compare_with_snapshot(cluster: ClusterModel, snapshot: dict[str, Any]) -> Co
     ours = snapshot_view(cluster)
     out = Comparison()
     twice = _listed_twice(cluster)
-    for section, (key, fields) in SNAPSHOT_SECTIONS.items():
+    for section in sections:
+        key, fields = SNAPSHOT_SECTIONS[section]
         theirs_rows = [_normalise(section, r) for r in snapshot.get(section, [])]
         if section == "groups":
             kept = []
@@ -381,7 +384,9 @@ def compare_with_snapshot(cluster: ClusterModel, snapshot: dict[str, Any]) -> Co
         out.diff_keyed(
             section, keyed(ours[section], k, section), keyed(theirs_rows, k, section), fields, narrower_expiry
         )
-    ours_applied, theirs_applied = ours["applied_offsets"], snapshot.get("applied_offsets", {})
+    if "applied_offsets" not in snapshot:
+        return out  # a partial snapshot (sections given): nothing to say about positions
+    ours_applied, theirs_applied = ours["applied_offsets"], snapshot["applied_offsets"]
     out.diff_keyed(
         "applied_offsets",
         {p: {"offset": o} for p, o in ours_applied.items()},
@@ -531,10 +536,10 @@ GOLD_SECTIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 
 
-def gold_view(cluster: ClusterModel) -> dict[str, list[dict[str, Any]]]:
+def gold_view(cluster: ClusterModel, names: dict[str, str] | None = None) -> dict[str, list[dict[str, Any]]]:
     """The oracle's state as rows of gold's tables (columns of schemas/tables/gold.yaml)."""
     out: dict[str, list[dict[str, Any]]] = {t: [] for t in GOLD_SECTIONS}
-    members = cluster.members()
+    members = cluster.members(names)
     for p, m in sorted(cluster.partitions.items()):
         at = {"offsets_partition": p}
         out["current_offsets"] += [
@@ -546,7 +551,8 @@ def gold_view(cluster: ClusterModel) -> dict[str, list[dict[str, Any]]]:
         out["offset_history"] += [{**at, **row} for row in m.history_rows()]
     out["consumer_group_members"] = [{"offsets_partition": p, **row} for (p, _, _), row in members.items()]
     for table, family in (("share_group_members", 11), ("streams_group_members", 17)):
-        out[table] = [{"offsets_partition": p, **row} for (p, _, _), row in cluster.family_members(family).items()]
+        rows = cluster.family_members(family, names)
+        out[table] = [{"offsets_partition": p, **row} for (p, _, _), row in rows.items()]
     out["streams_group_topologies"] = [
         {"offsets_partition": p, **row} for p, m in sorted(cluster.partitions.items()) for row in m.topology_rows()
     ]
@@ -564,17 +570,19 @@ def compare_with_gold(
     gold: dict[str, list[dict[str, Any]]],
     cluster_name: str | None = None,
     tables: Sequence[str] = tuple(GOLD_SECTIONS),
+    names: dict[str, str] | None = None,
 ) -> Comparison:
     """The oracle against gold's tables given as rows (``{table: [row, ...]}``, e.g. from
     ``DataFrame.collect()`` as dicts or Arrow ``to_pylist()``); rows of other clusters are left
-    out when ``cluster_name`` is given. Gold must keep its soft deletes
+    out when ``cluster_name`` is given; member tables name topic ids by ``names`` when given (else
+    by the pairs the oracle's log carries). Gold must keep its soft deletes
     (``soft_delete_retention_days: null``): a purged deletion reads as missing.
 
     Deleted rows are compared on what a deletion means: for offsets the last committed offset and
     the tombstone (position, time, cause); for groups the cause and why the group had existed.
     One difference is set aside, each instance named in ``accepted``: see
     :func:`compare_with_snapshot` (a group id with two live metadata families)."""
-    ours = gold_view(cluster)
+    ours = gold_view(cluster, names)
     out = Comparison()
     twice = _listed_twice(cluster)
     for table in tables:

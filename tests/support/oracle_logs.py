@@ -22,8 +22,8 @@ def _root() -> Path:
 
 
 @cache
-def generated(seed: int, records: int = RECORDS) -> Path:
+def generated(seed: int, records: int = RECORDS, partitions: int = 50) -> Path:
     """``offsets-lakehouse generate`` output for ``seed`` (log files and expected-state.json)."""
-    out = _root() / f"seed-{seed}-{records}"
-    generate(out, records, seed=seed)
+    out = _root() / f"seed-{seed}-{records}-{partitions}"
+    generate(out, records, seed=seed, partitions=partitions)
     return out

@@ -1061,13 +1061,16 @@ class ClusterModel:
             names.update(p.topic_names)
         return names
 
-    def members(self) -> dict[tuple[int, str, str], dict[str, Any]]:
-        names = self.topic_names
+    def members(self, names: dict[str, str] | None = None) -> dict[tuple[int, str, str], dict[str, Any]]:
+        """KIP-848 member rows of every partition; topic names cluster-wide unless ``names`` are given."""
+        names = self.topic_names if names is None else names
         return {(p, g, m): row for p, pm in self.partitions.items() for (g, m), row in pm.member_rows(names).items()}
 
-    def family_members(self, family: int) -> dict[tuple[int, str, str], dict[str, Any]]:
-        """Share (11) or streams (17) member rows of every partition, topic names cluster-wide."""
-        names = self.topic_names
+    def family_members(
+        self, family: int, names: dict[str, str] | None = None
+    ) -> dict[tuple[int, str, str], dict[str, Any]]:
+        """Share (11) or streams (17) member rows of every partition, topic names as ``members``'."""
+        names = self.topic_names if names is None else names
         return {
             (p, g, m): row
             for p, pm in self.partitions.items()
