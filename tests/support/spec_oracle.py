@@ -74,7 +74,9 @@ zero-length consumer assignment as ``[]`` (silver's representation, §6.3).
 9. **Share and streams members** (types 10/13/14, 19/21/22). §12.7 says only that they follow
    the KIP-848 pattern; the member lifecycle and the group states are taken from what Kafka
    4.2.1's coordinator does on loading (read from its jars for issue 14, stated in the issue and
-   in docs/gold.md), not from the replay or gold's engine: a member metadata or current
+   in docs/gold.md), not from the replay or gold's engine — but by the author who also wrote
+   those two implementations of the same rules, so the three share that reading (the kafka tier
+   checks it against a broker): a member metadata or current
    assignment record creates the member; a current assignment tombstone of a member sets its
    member epoch and previous member epoch to -1 and empties what it owns, keeping the rest; a
    member metadata tombstone removes the member; tombstones of ids that are not members change
