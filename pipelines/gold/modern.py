@@ -195,9 +195,13 @@ class Topologies:
         for i, (g,) in enumerate(rows(persisted, ("group_id",))):
             self.restored.setdefault(g, []).append(i)
         self.latest: dict[str, int | None] = {}  # group -> event index of its topology record (None: tombstone)
-        self.epochs: list[int | None] = (
-            pc.struct_field(events.column("topology"), "epoch").to_pylist() if events.num_rows else []
-        )
+        self._epochs: list[int | None] | None = None  # per event: its topology's epoch (read when first needed)
+
+    @property
+    def epochs(self) -> list[int | None]:
+        if self._epochs is None:
+            self._epochs = pc.struct_field(self.events.column("topology"), "epoch").to_pylist()
+        return self._epochs
 
     def restored_epochs(self) -> dict[str, int]:
         """Topology epoch per group of the persisted rows (a topology without subtopologies has none)."""
@@ -224,7 +228,7 @@ class Topologies:
         counts = pc.fill_null(pc.list_value_length(subs), 0).to_numpy(zero_copy_only=False)
         flat = pc.list_flatten(subs)
         offsets = self.events.column("record_offset").take(pa.array(picked, pa.int64())).to_pylist()
-        epochs = [self.epochs[k] for k in picked]  # type: ignore[index]
+        epochs = [self.epochs[k] for k in picked]
 
         def repeat(values: list, typ: pa.DataType) -> pa.Array:
             return pa.array([v for v, n in zip(values, counts, strict=True) for _ in range(n)], typ)
