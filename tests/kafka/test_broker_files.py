@@ -103,6 +103,7 @@ def test_aborted_offset_is_in_the_log_but_not_applied(harness, records):
         "new_protocol",
         "topic_recreated",
         "explicit_offset_delete",
+        "share_group",
         "streams_group",
         "bulk_roll",
         "group_listing",
@@ -126,16 +127,17 @@ def test_reference_replay_rebuilds_every_snapshot(harness, broker_files, scenari
         ours = {k: v for k, v in ours.items() if k[0] in in_snapshot}
         truth = {k: (v.offset, v.metadata) for k, v in snap.committed().items() if k[0] in r.groups}
         assert ours == truth, f"{scenario}/{label}"
-        # the groups Kafka lists (offsets-only groups included): type, state, protocol type
+        # the groups Kafka lists (offsets-only groups included): type, state, protocol type (share
+        # and streams groups in the state their members' records give, issue 14)
         listed = {
             g["group"]: (g["type"], g["state"], g["protocol_type"])
             for g in state["groups"]
-            if g["group"] in in_snapshot and g["type"] in ("classic", "consumer")
+            if g["group"] in in_snapshot
         }
         kafka = {
             g.group_id: (g.type, g.state, g.protocol_type)
             for g in snap.groups
-            if g.exists and g.type in ("classic", "consumer") and not g.awaiting_cleanup()
+            if g.exists and g.type in ("classic", "consumer", "share", "streams") and not g.awaiting_cleanup()
         }
         assert listed == kafka, f"{scenario}/{label}"
         classic = {g["group"]: g for g in state["classic_groups"]}
