@@ -209,10 +209,10 @@ def _merge(spans: list[Span]) -> tuple[list[Span], bool]:
 # -- the table --------------------------------------------------------------------------------------
 def load(spark: SparkSession, path: str, source: str) -> dict[str, FileState]:
     """The source's rows of the log, by file URI (none before the source's first run)."""
-    df = lake.read(spark, path, f"source = {lake.sql_str(source)}")
-    if df is None:
+    rows = lake.read_arrow(spark, path)  # a small table, read on the driver
+    if rows is None:
         return {}
-    return {r["file_uri"]: FileState(**r.asDict()) for r in df.collect()}
+    return {r["file_uri"]: FileState(**r) for r in rows.to_pylist() if r["source"] == source}
 
 
 def changed(before: dict[str, FileState], after: list[FileState]) -> bool:

@@ -140,10 +140,9 @@ def merge_records(
 def _may_hold(spark: SparkSession, path: str, coverage: Coverage) -> bool:
     """Whether bronze may hold a row in the coverage's spans: not when none of its data files of
     those partitions has an offset range meeting a span (the Delta log's file statistics, no data
-    file read); asked of the rows themselves when the statistics cannot be read."""
-    files = lake.file_ranges(spark, path, "offset", ("cluster", "partition"))
-    if files is None:
-        return lake.any_rows(spark, path, lake.offset_ranges_predicate(coverage.spans))
+    file read; a file without statistics may hold anything)."""
+    listed = lake.data_files(spark, {"bronze": path}, ("cluster", "partition"), ("offset",))["bronze"]
+    files = [(f.partition, f.minimum["offset"], f.maximum["offset"]) for f in listed]
     return bool(spans_meeting_files(coverage.spans, files))
 
 

@@ -17,13 +17,17 @@ decodes exactly those with ``records.decode_record``, the reference, which also 
 of a failure. A record is either decoded to the values ``decode_record`` returns or flagged;
 every bounds check is vectorised, and reads past the data are clipped, never raised.
 
-A call costs a few numpy operations per (type, version), field and array element index,
-whatever the number of records: call it on large batches (docs/performance.md).
+Versions of a record type whose layouts differ only in which fields are present are read in
+one pass (``columnar_versions``), each field for the rows whose version has it; the result still
+has one group per (type, version). A call costs a few numpy operations per such pass, field and
+array element index, whatever the number of records: call it on large batches
+(docs/performance.md).
 """
 
 from __future__ import annotations
 
 import base64
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipelines.codec.columnar_versions import Merged, VersionedLayout, single
 from pipelines.codec.errors import DecodeError
 from pipelines.codec.records import ASSIGNMENT, RECORDS, SUBSCRIPTION, RecordDecoding, decode_key, decode_record
 from pipelines.codec.schema import ARRAY, ColumnarField, ColumnarLayout, columnar_layout
@@ -50,7 +55,12 @@ _ARROW_TYPES = {
 _BIG_ENDIAN = {"int8": ">i1", "int16": ">i2", "uint16": ">u2", "int32": ">i4", "int64": ">i8"}
 _FIXED_DTYPES = {**_BIG_ENDIAN, "uuid": "V16"}  # numpy dtypes of the fixed-width types; V16: 16 raw bytes
 _UUID_CHARS = 22  # 16 bytes in unpadded base64
-_TOMBSTONE = 0x10000  # group code of a null value: outside every 16-bit version
+# Group codes (type id << 6 | slot) fit 16 bits, which numpy sorts by radix: slot 0 is a tombstone,
+# slot v + 1 value version v. Versions outside [0, _MAX_VERSION] are decoded per record (the
+# declarations have none: the equality tests would flag a columnar layout left unused).
+_VERSION_BITS = 6
+_MAX_VERSION = (1 << _VERSION_BITS) - 2
+_TOMBSTONE = 0
 
 
 # -- result ---------------------------------------------------------------------------------------
@@ -135,7 +145,17 @@ class _Binaries:
         return self.bytes.read(">i2", self.start).astype(np.int32)
 
     def spans(self, start: np.ndarray, stop: np.ndarray, null: np.ndarray) -> pa.Array:
-        return spans_to_binary(self.arrow_data, self.offset_type, start, stop, null)
+        """The spans as a binary array. The rows of one version are in buffer order; those of several
+        versions read in one pass are one such run per version: each run is copied, then the runs
+        joined (cheaper than sorting the spans into buffer order and copying them back)."""
+        if len(start) < 2:
+            return spans_to_binary(self.arrow_data, self.offset_type, start, stop, null)
+        bounds = [0, *(np.flatnonzero(start[1:] < stop[:-1]) + 1).tolist(), len(start)]
+        runs = [
+            spans_to_binary(self.arrow_data, self.offset_type, start[a:b], stop[a:b], null[a:b])
+            for a, b in itertools.pairwise(bounds)
+        ]
+        return runs[0] if len(runs) == 1 else pa.concat_arrays(runs)
 
 
 def _combined(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -193,13 +213,19 @@ class _Column:
 _NO_ROWS = np.zeros(0, np.int64)
 
 
+def _rows(values: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """``values[keep]``, without the copy when ``keep`` is every row (the usual case: keep is ascending)."""
+    return values if len(keep) == len(values) else values[keep]
+
+
 class _IntColumn(_Column):
     def __init__(self, values: np.ndarray, type_name: str) -> None:
         self.values = values
         self.arrow_type = _ARROW_TYPES[type_name]
 
     def build(self, keep: np.ndarray) -> tuple[pa.Array, np.ndarray]:
-        return pa.array(self.values[keep].astype(self.arrow_type.to_pandas_dtype()), self.arrow_type), _NO_ROWS
+        # values may be big-endian as read: one conversion to the column's native type
+        return pa.array(_rows(self.values, keep).astype(self.arrow_type.to_pandas_dtype()), self.arrow_type), _NO_ROWS
 
 
 class _UuidColumn(_Column):
@@ -207,7 +233,7 @@ class _UuidColumn(_Column):
         self.raw = raw  # V16
 
     def build(self, keep: np.ndarray) -> tuple[pa.Array, np.ndarray]:
-        return uuid_strings(self.raw[keep]), _NO_ROWS
+        return uuid_strings(_rows(self.raw, keep)), _NO_ROWS
 
 
 class _SpanColumn(_Column):
@@ -221,7 +247,7 @@ class _SpanColumn(_Column):
         self.text = text
 
     def build(self, keep: np.ndarray) -> tuple[pa.Array, np.ndarray]:
-        spans = self.source.spans(self.start[keep], self.stop[keep], self.null[keep])
+        spans = self.source.spans(_rows(self.start, keep), _rows(self.stop, keep), _rows(self.null, keep))
         if not self.text:
             return spans, _NO_ROWS
         try:
@@ -256,6 +282,31 @@ class _TaggedColumn(_Column):
     def build(self, keep: np.ndarray) -> tuple[pa.Array, np.ndarray]:
         array, bad = self.read.build(keep)
         return pc.if_else(pa.array(self.found[keep]), array, self.default), bad
+
+
+class _SomeRows(_Column):
+    """A field that only some rows' versions have: read for those (``rows``), its default for the others."""
+
+    def __init__(self, read: _Column, rows: np.ndarray, count: int, default: Any, arrow_type: pa.DataType) -> None:
+        self.read = read
+        self.rows = rows
+        self.count = count
+        self.default = default
+        self.arrow_type = arrow_type
+
+    def build(self, keep: np.ndarray) -> tuple[pa.Array, np.ndarray]:
+        rank = np.full(self.count, -1, np.int64)
+        rank[self.rows] = np.arange(len(self.rows))
+        mine = rank[keep]
+        has = mine >= 0
+        array, bad = self.read.build(mine[has])
+        bad = np.flatnonzero(has)[bad]
+        if has.all():
+            return array, bad
+        full = array.take(pa.array(np.cumsum(has) - 1, mask=~has))  # null where the version lacks the field
+        if self.default is None:
+            return full, bad
+        return pc.if_else(pa.array(has), full, pa.scalar(self.default, self.arrow_type)), bad
 
 
 class _StructColumn(_Column):
@@ -375,25 +426,59 @@ def arrow_type(f: ColumnarField | ColumnarLayout) -> pa.DataType:
     return _ARROW_TYPES[f.type]
 
 
-def _read_struct(cur: _Cursor, source: _Binaries, layout: ColumnarLayout) -> _StructColumn:
-    """One struct per row at the cursor: its wire fields, its tagged section, defaults for the rest."""
+def _read_struct(cur: _Cursor, source: _Binaries, shape: VersionedLayout, version: np.ndarray | None) -> _StructColumn:
+    """One struct per row at the cursor: its wire fields, its tagged section, defaults for the rest.
+
+    ``version``: each row's version, where ``shape`` is the layout of several; a field that only
+    some of them have is read for those rows alone.
+    """
+    layout = shape.layout
     columns: dict[str, _Column] = {}
-    for f in layout.wire:
-        columns[f.key] = _read_field(cur, source, f)
-    if layout.flexible:
-        columns.update(_read_tagged_section(cur, layout.tagged))
-    for f in layout.fields:
-        if not f.present:
+    tagged = []
+    having: dict[tuple[int, ...], np.ndarray] = {}  # the rows of some versions (fields share them)
+    for f, has, element in zip(shape.fields, shape.present, shape.elements, strict=True):
+        if has == ():
             columns[f.key] = _ConstantColumn(f.default, arrow_type(f))
+        elif f.tag is not None:
+            tagged.append(f)  # present in every version (a tag that is not does not merge)
+        elif has is None:
+            columns[f.key] = _read_field(cur, source, f, element, version)
+        elif f.type in _BIG_ENDIAN and f.default is not None:
+            # an integer: read at every row, kept where the version has it (cheaper than a subset)
+            assert version is not None
+            mine = having[has] if has in having else having.setdefault(has, np.isin(version, has))
+            value = source.bytes.read(_BIG_ENDIAN[f.type], cur.pos).astype(np.int64)
+            cur.pos = cur.pos + np.where(mine, np.dtype(_BIG_ENDIAN[f.type]).itemsize, 0)
+            cur.ok &= cur.pos <= cur.end
+            columns[f.key] = _IntColumn(np.where(mine, value, f.default), f.type)
+        else:
+            assert version is not None
+            mine = having[has] if has in having else having.setdefault(has, np.isin(version, has))
+            rows = np.flatnonzero(mine)
+            sub = _Cursor(source, cur.pos[rows], cur.end[rows])
+            read = _read_field(sub, source, f, element, version[rows])
+            cur.pos = cur.pos.copy()  # not in place: the previous field's column may hold this array as its stops
+            cur.pos[rows] = sub.pos
+            cur.ok[rows] &= sub.ok
+            columns[f.key] = _SomeRows(read, rows, len(cur.pos), f.default, arrow_type(f))
+    if layout.flexible:
+        columns.update(_read_tagged_section(cur, tuple(tagged)))
     return _StructColumn(layout, columns)
 
 
-def _read_field(cur: _Cursor, source: _Binaries, f: ColumnarField) -> _Column:
+def _read_field(
+    cur: _Cursor,
+    source: _Binaries,
+    f: ColumnarField,
+    element: VersionedLayout | None = None,
+    version: np.ndarray | None = None,
+) -> _Column:
+    """A field at the cursor; ``element``: an array's struct elements (their rows' versions: ``version``)."""
     if f.type == ARRAY:
-        return _read_array(cur, source, f)
+        return _read_array(cur, source, f, element, version)
     if f.type in _FIXED_DTYPES:
         value = cur.fixed(_FIXED_DTYPES[f.type])
-        return _UuidColumn(value) if f.type == "uuid" else _IntColumn(value.astype(np.int64), f.type)
+        return _UuidColumn(value) if f.type == "uuid" else _IntColumn(value, f.type)
     # compact: uvarint(N + 1), 0 = null; classic: int16 (string) or int32 (bytes) length, -1 = null
     n = cur.uvarint() - 1 if f.compact else cur.integer("int16" if f.type == "string" else "int32")
     null = n == -1 if f.nullable else np.zeros(len(n), bool)
@@ -401,7 +486,9 @@ def _read_field(cur: _Cursor, source: _Binaries, f: ColumnarField) -> _Column:
     return _SpanColumn(source, start, stop, null, text=f.type == "string")
 
 
-def _read_array(cur: _Cursor, source: _Binaries, f: ColumnarField) -> _Column:
+def _read_array(
+    cur: _Cursor, source: _Binaries, f: ColumnarField, shape: VersionedLayout | None, version: np.ndarray | None
+) -> _Column:
     """An array: its count (checked as ``primitives.read_array_length`` checks it), then its elements."""
     n = cur.uvarint() - 1 if f.compact else cur.integer("int32")
     null = n == -1
@@ -419,7 +506,8 @@ def _read_array(cur: _Cursor, source: _Binaries, f: ColumnarField) -> _Column:
         rows = np.flatnonzero(count > k)
         sub = _Cursor(source, cur.pos[rows], cur.end[rows])
         if isinstance(element, ColumnarLayout):
-            rounds.append((rows, _read_struct(sub, source, element)))
+            assert shape is not None
+            rounds.append((rows, _read_struct(sub, source, shape, None if version is None else version[rows])))
         else:
             assert element is not None
             rounds.append((rows, _read_field(sub, source, element)))
@@ -460,7 +548,7 @@ def _read_fixed_elements(cur: _Cursor, count: np.ndarray, null: np.ndarray, elem
     item_pos = cur.pos[item_row] + width * (np.arange(len(item_row)) - first_item[item_row])
     cur.pos = cur.pos + width * count
     value = cur.source.bytes.read(dtype, item_pos)
-    items: _Column = _UuidColumn(value) if element.type == "uuid" else _IntColumn(value.astype(np.int64), element.type)
+    items: _Column = _UuidColumn(value) if element.type == "uuid" else _IntColumn(value, element.type)
     return _FlatListColumn(count, null, items, item_row)
 
 
@@ -531,7 +619,7 @@ class _FixedArrayTag:
         item_pos = self.start[item_row] + width * (np.arange(len(item_row)) - first_item[item_row])
         value = self.source.bytes.read(self.dtype, item_pos)
         element = self.f.element.type
-        items: _Column = _UuidColumn(value) if element == "uuid" else _IntColumn(value.astype(np.int64), element)
+        items: _Column = _UuidColumn(value) if element == "uuid" else _IntColumn(value, element)
         return _FlatListColumn(count, null, items, item_row)
 
 
@@ -563,16 +651,23 @@ def _read_tagged_section(cur: _Cursor, tagged: tuple[ColumnarField, ...]) -> dic
     return {f.key: reader.column() for f, reader in zip(tagged, readers, strict=True)}
 
 
-def _decode_layout(
-    layout: ColumnarLayout, source: _Binaries, rows: np.ndarray, skip: int, exact: bool = True
+def _decode_rows(
+    shape: VersionedLayout,
+    source: _Binaries,
+    rows: np.ndarray,
+    skip: int,
+    exact: bool = True,
+    version: np.ndarray | None = None,
 ) -> tuple[np.ndarray, pa.StructArray]:
-    """Decode ``rows`` of ``source`` (from byte ``skip`` of each value): (rows that decoded, their structs).
+    """Decode ``rows`` of ``source`` (from byte ``skip`` of each value): (positions in ``rows`` of
+    those that decoded, their structs in that order).
 
-    ``exact``: the layout must consume each value to its end (keys, values); embedded consumer
-    protocol structs ignore what follows, as Kafka reads a newer version.
+    ``version``: each row's version where ``shape`` merges several. ``exact``: the layout must
+    consume each value to its end (keys, values); embedded consumer protocol structs ignore what
+    follows, as Kafka reads a newer version.
     """
     cur = _Cursor(source, source.start[rows] + skip, source.end[rows])
-    struct = _read_struct(cur, source, layout)
+    struct = _read_struct(cur, source, shape, version)
     if exact:
         cur.ok &= cur.pos == cur.end  # trailing bytes: another layout, or damage
     ok = cur.ok
@@ -580,40 +675,64 @@ def _decode_layout(
         keep = np.flatnonzero(ok)
         array, bad = struct.build(keep)
         if not bad.size:
-            return rows[keep], array
+            return keep, array
         ok[keep[bad]] = False  # a second pass builds the columns without them
+
+
+_SINGLE: dict[int, VersionedLayout] = {}
+
+
+def _single(layout: ColumnarLayout) -> VersionedLayout:
+    """The layout as a VersionedLayout of its own (made once per layout)."""
+    shape = _SINGLE.get(id(layout))
+    if shape is None or shape.layout is not layout:
+        shape = _SINGLE[id(layout)] = single(layout)
+    return shape
 
 
 # -- consumer protocol structs inside classic group members (records._decode_members) ---------------------------
 _CLASSIC_GROUP = 2  # the record type whose members carry them
 _EMBEDDED = {
-    name: {
-        version: columnar_layout(decl.decl.struct, version, version in decl.decl.flexible_versions)
-        for version in decl.decoders
-    }
+    name: Merged(
+        {
+            version: columnar_layout(decl.decl.struct, version, version in decl.decl.flexible_versions)
+            for version in decl.decoders
+        }
+    )
     for name, decl in (("subscription", SUBSCRIPTION), ("assignment", ASSIGNMENT))
 }
 
 
-_Decoded = tuple[int, int, np.ndarray, pa.StructArray]  # type id, value version, rows, values
+@dataclass
+class _Decoded:
+    """Values of some versions of a record type decoded in one pass, in version order (rows ascending
+    within a version)."""
 
+    type_id: int
+    versions: tuple[int, ...]
+    rows: np.ndarray
+    version: np.ndarray  # per row, ascending
+    value: pa.StructArray
 
-def _with_consumer_protocol(groups: list[_Decoded], fallback: np.ndarray) -> list[_Decoded]:
-    """The classic group values of all versions at once get their members' consumer protocol structs
-    (records._decode_members); rows the reference would add a warning to go to ``fallback``."""
-    classic = [g for g in groups if g[0] == _CLASSIC_GROUP]
-    if not classic:
-        return groups
-    # every version's columns have the same types (fields a version lacks hold defaults)
-    values, ok = _add_consumer_protocol(pa.concat_arrays([value for _, _, _, value in classic]))
-    out = [g for g in groups if g[0] != _CLASSIC_GROUP]
-    start = 0
-    for type_id, version, rows, value in classic:
-        part = ok[start : start + len(value)]
-        fallback[rows[~part]] = True
-        out.append((type_id, version, rows[part], values.slice(start, len(value)).filter(pa.array(part))))
-        start += len(value)
-    return out
+    def consumer_protocol(self, fallback: np.ndarray) -> _Decoded:
+        """Classic group values with their members' consumer protocol structs (records._decode_members);
+        rows the reference would add a warning to go to ``fallback``."""
+        if self.type_id != _CLASSIC_GROUP:
+            return self
+        value, ok = _add_consumer_protocol(self.value)
+        if ok.all():
+            return _Decoded(self.type_id, self.versions, self.rows, self.version, value)
+        fallback[self.rows[~ok]] = True
+        return _Decoded(self.type_id, self.versions, self.rows[ok], self.version[ok], value.filter(pa.array(ok)))
+
+    def groups(self, keys: _Keys) -> Iterator[ColumnarGroup]:
+        """One group per version that kept a row (its rows are a slice of the pass's)."""
+        table = keys.tables[self.type_id]
+        for v in self.versions:
+            a, b = np.searchsorted(self.version, [v, v + 1]).tolist()
+            if b > a:
+                rows = self.rows[a:b]
+                yield ColumnarGroup(self.type_id, v, rows, table.take(keys.slot[rows]), self.value.slice(a, b - a))
 
 
 def _add_consumer_protocol(value: pa.StructArray) -> tuple[pa.StructArray, np.ndarray]:
@@ -640,7 +759,7 @@ def _add_consumer_protocol(value: pa.StructArray) -> tuple[pa.StructArray, np.nd
 
 
 def _decode_embedded(
-    layouts: dict[int, ColumnarLayout | None], newest: int, data: pa.Array, wanted: np.ndarray, part: str
+    layouts: Merged, newest: int, data: pa.Array, wanted: np.ndarray, part: str
 ) -> tuple[pa.Array, np.ndarray]:
     """The embedded struct in each wanted item (null elsewhere) and which items decoded.
 
@@ -655,25 +774,27 @@ def _decode_embedded(
     readable = np.minimum(version, newest)
     index = np.full(len(length), -1, np.int64)
     arrays, total = [], 0
-    for v in np.unique(readable[~absent & decoded]).tolist():
-        rows = np.flatnonzero(~absent & decoded & (readable == v))
-        layout = layouts.get(v)
-        if layout is None:
-            decoded[rows] = False
-            continue
-        kept, struct = _decode_layout(layout, source, rows, skip=2, exact=False)
-        decoded[np.setdiff1d(rows, kept, assume_unique=True)] = False
+    versions = np.unique(readable[~absent & decoded]).tolist()
+    for v in versions:
+        if v not in layouts.layouts:
+            decoded[~absent & (readable == v)] = False
+    for run in layouts.classes([v for v in versions if v in layouts.layouts]):
+        parts = [np.flatnonzero(~absent & decoded & (readable == v)) for v in run]
+        rows = np.concatenate(parts)
+        shape = layouts.of(run)
+        assert shape is not None
+        keep, struct = _decode_rows(shape, source, rows, skip=2, exact=False, version=readable[rows])
+        failed = np.ones(len(rows), bool)
+        failed[keep] = False
+        decoded[rows[failed]] = False
+        kept = rows[keep]
         fields = [pa.array(version[kept].astype(np.int16)), *(struct.field(i) for i in range(struct.type.num_fields))]
         arrays.append(pa.StructArray.from_arrays(fields, names=["version", *(f.name for f in struct.type)]))
         index[kept] = total + np.arange(len(kept))
         total += len(kept)
-    struct_type = pa.struct([("version", pa.int16()), *arrow_type(next(iter(_present(layouts)))).fields])
+    struct_type = pa.struct([("version", pa.int16()), *arrow_type(next(iter(layouts.layouts.values()))).fields])
     combined = pa.concat_arrays(arrays) if arrays else pa.array([], struct_type)
     return combined.take(pa.array(index, mask=index < 0)), decoded
-
-
-def _present(layouts: dict[int, ColumnarLayout | None]) -> Iterator[ColumnarLayout]:
-    return (layout for layout in layouts.values() if layout is not None)
 
 
 # -- keys ----------------------------------------------------------------------------------------------
@@ -704,7 +825,8 @@ def _decode_keys(keys: pa.Array, small_groups_per_record: bool) -> _Keys:
         if small_groups_per_record and not _pays_off(compiled.key_columnar, len(rows)):
             decoded, table = _keys_one_by_one(compiled.key_columnar, encoded.dictionary.cast(pa.binary()), rows)
         else:
-            decoded, table = _decode_layout(compiled.key_columnar, distinct, rows, skip=2)
+            keep, table = _decode_rows(_single(compiled.key_columnar), distinct, rows, skip=2)
+            decoded = rows[keep]
         slots[decoded] = np.arange(len(decoded))
         tables[type_id] = table
     return _Keys(type_ids[index].astype(np.int32), slots[index], tables)
@@ -736,7 +858,7 @@ def _field_count(layout: ColumnarLayout) -> int:
 def _pays_off(layout: ColumnarLayout, records: int, type_id: int | None = None) -> bool:
     fields = _field_count(layout)
     if type_id == _CLASSIC_GROUP:  # the members' consumer protocol structs are decoded too
-        fields += sum(_field_count(next(_present(layouts))) for layouts in _EMBEDDED.values())
+        fields += sum(_field_count(next(iter(layouts.layouts.values()))) for layouts in _EMBEDDED.values())
     return records >= _RECORDS_PER_FIELD * fields
 
 
@@ -757,7 +879,8 @@ def decode_columns(
     ``decode_record`` does not decode either, without copying the arrays to drop them.
 
     ``small_groups_per_record``: a (type, version) with too few records to pay for the columnar
-    path's fixed cost is flagged too (``ColumnarResult.too_few`` tells which), and keys of a type
+    path's fixed cost (alone, or beside the other versions of its pass: ``_worth_decoding``) is
+    flagged too (``ColumnarResult.too_few`` tells which), and keys of a type
     with few distinct keys are decoded one by one (same values); False decodes everything it can
     columnar-wise (what the equality tests use).
     """
@@ -772,47 +895,102 @@ def decode_columns(
     if ignore is not None:
         fallback &= ~ignore
         codes[ignore] = -1
-    groups, decoded = [], []
+    groups: list[ColumnarGroup] = []
+    by_type: dict[int, dict[int, np.ndarray]] = {}  # type id -> value version -> rows
     for code, rows in _split_by_code(codes):
-        type_id, version = code >> 17, code & 0x1FFFF
-        key_table = decoded_keys.tables[type_id]
+        type_id, version = code >> _VERSION_BITS, code & ((1 << _VERSION_BITS) - 1)
         if version == _TOMBSTONE:
+            key_table = decoded_keys.tables[type_id]
             groups.append(ColumnarGroup(type_id, None, rows, key_table.take(decoded_keys.slot[rows]), None))
             continue
-        version = version - 0x8000  # back to the signed int16
-        layout = RECORDS[type_id].value_columnar.get(version)
-        if layout is None:
+        version -= 1
+        if RECORDS[type_id].value_columnar.get(version) is None:
             fallback[rows] = True
             continue
-        if small_groups_per_record and not _pays_off(layout, len(rows), type_id):
-            fallback[rows] = too_few[rows] = True
-            continue
-        kept, value = _decode_layout(layout, source, rows, skip=2)
-        fallback[np.setdiff1d(rows, kept, assume_unique=True)] = True
-        decoded.append((type_id, version, kept, value))
-    for type_id, version, kept, value in _with_consumer_protocol(decoded, fallback):
-        if kept.size:
-            groups.append(
-                ColumnarGroup(type_id, version, kept, decoded_keys.tables[type_id].take(decoded_keys.slot[kept]), value)
-            )
+        by_type.setdefault(type_id, {})[version] = rows
+    for type_id, rows_of in by_type.items():
+        merged = _VALUES[type_id]
+        for run in merged.classes(sorted(rows_of)):  # versions decoded in one pass
+            if small_groups_per_record:
+                run = _worth_decoding(type_id, merged, run, rows_of, fallback, too_few)
+            if run:
+                decoded = _decode_versions(type_id, merged, run, rows_of, source, fallback)
+                groups += decoded.consumer_protocol(fallback).groups(decoded_keys)
     return ColumnarResult(groups, fallback, too_few)
 
 
-def _group_codes(keys: _Keys, values: _Binaries, fallback: np.ndarray) -> np.ndarray:
-    """type id << 17 | (value version + 0x8000, or _TOMBSTONE) per record; -1 where it falls back.
+_VALUES = {type_id: Merged(compiled.value_columnar) for type_id, compiled in RECORDS.items()}
+if max(RECORDS) >= 1 << (16 - _VERSION_BITS):  # a declaration error, not data: codes would collide
+    raise ValueError(f"record type {max(RECORDS)} does not fit the columnar decoder's 16-bit group codes")
 
-    A value shorter than its version falls back here (the reference reports it truncated).
+
+def _worth_decoding(
+    type_id: int,
+    merged: Merged,
+    run: tuple[int, ...],
+    rows_of: dict[int, np.ndarray],
+    fallback: np.ndarray,
+    too_few: np.ndarray,
+) -> tuple[int, ...]:
+    """The versions of ``run`` worth a columnar pass; the others' rows are flagged as too few.
+
+    The pass must pay for its fields (``_pays_off``), and a version beside others for the fields
+    whose presence differs between them (each is read for a subset of the rows).
     """
-    short = values.valid & (values.length() < 2)
-    fallback |= short
-    version = np.where(values.valid, values.int16_at_start() + 0x8000, _TOMBSTONE)
-    codes = (keys.type_id.astype(np.int64) << 17) | version
+    included = list(run)
+    while included:
+        shape = merged.of(tuple(included))
+        assert shape is not None
+        if not _pays_off(shape.layout, sum(len(rows_of[v]) for v in included), type_id):
+            included = []
+            break
+        least = _RECORDS_PER_FIELD * shape.varying()
+        few = [v for v in included if len(rows_of[v]) < least]
+        if not few or len(included) == 1:
+            break
+        included = [v for v in included if v not in few]
+    for v in run:
+        if v not in included:
+            fallback[rows_of[v]] = too_few[rows_of[v]] = True
+    return tuple(included)
+
+
+def _decode_versions(
+    type_id: int,
+    merged: Merged,
+    run: tuple[int, ...],
+    rows_of: dict[int, np.ndarray],
+    source: _Binaries,
+    fallback: np.ndarray,
+) -> _Decoded:
+    """The values of the versions in ``run`` in one pass; rows that do not decode go to ``fallback``."""
+    shape = merged.of(run)
+    assert shape is not None
+    rows = np.concatenate([rows_of[v] for v in run])
+    version = np.repeat(np.array(run, np.int64), [len(rows_of[v]) for v in run])
+    keep, value = _decode_rows(shape, source, rows, skip=2, version=version if len(run) > 1 else None)
+    failed = np.ones(len(rows), bool)
+    failed[keep] = False
+    fallback[rows[failed]] = True
+    return _Decoded(type_id, run, rows[keep], version[keep], value)
+
+
+def _group_codes(keys: _Keys, values: _Binaries, fallback: np.ndarray) -> np.ndarray:
+    """type id << 6 | (1 + value version, or _TOMBSTONE) per record; -1 where it falls back.
+
+    A value shorter than its version falls back here (the reference reports it truncated), and
+    so does a version no layout has (outside [0, _MAX_VERSION]).
+    """
+    version = values.int16_at_start()
+    fallback |= values.valid & ((values.length() < 2) | (version < 0) | (version > _MAX_VERSION))
+    slot = np.where(values.valid, version + 1, _TOMBSTONE)
+    codes = (keys.type_id.astype(np.int32) << _VERSION_BITS) | slot
     return np.where(fallback, -1, codes)
 
 
 def _split_by_code(codes: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
     """(code, ascending row positions) for every code but -1."""
-    order = np.argsort(codes, kind="stable")
+    order = np.argsort(codes.astype(np.uint16), kind="stable")  # a radix sort (-1 sorts last)
     ordered = codes[order]
     bounds = np.flatnonzero(np.diff(ordered)) + 1
     for rows in np.split(order, bounds):

@@ -4,16 +4,24 @@ cramjam provides the raw algorithms (snappy blocks, lz4 blocks and frames, zstd
 streams); this module only adds Kafka's framing quirks: xerial snappy chunks (with the
 raw-block fallback of Kafka's Java reader) and the wrong lz4 header checksum that
 Kafka wrote for magic 0.
+
+Decompression of lz4 and zstd first tries a faster call for the usual input, one complete
+frame (python-zstandard keeps its decompression context between calls, cramjam makes one per
+call: ~10 µs; lz4.frame costs ~1 µs less per call than cramjam's); anything else (several
+frames, trailing bytes, damage) goes to cramjam, so that results and errors stay exactly its own.
 """
 
 from __future__ import annotations
 
 import gzip
 import struct
+import threading
 import zlib
 
 import cramjam
+import lz4.frame
 import xxhash
+import zstandard
 
 from pipelines.codec.errors import DecodeError, Reason
 
@@ -78,7 +86,34 @@ def _lz4_decompress(data: bytes, magic: int) -> bytes:
         descriptor = data[4 : 4 + desc_len]
         hc = (xxhash.xxh32_intdigest(descriptor) >> 8) & 0xFF
         data = data[: 4 + desc_len] + bytes([hc]) + data[5 + desc_len :]
+    try:
+        out, used = lz4.frame.decompress(data, return_bytes_read=True)
+        if used == len(data):  # one frame and nothing after it: what cramjam returns too
+            return out
+    except RuntimeError:  # lz4.frame's error for a damaged or incomplete frame
+        pass
     return bytes(cramjam.lz4.decompress(data))
+
+
+class _ZstdContext(threading.local):
+    """One python-zstandard decompressor per thread (a context must not be shared between threads)."""
+
+    def __init__(self) -> None:
+        self.decompressor = zstandard.ZstdDecompressor()
+
+
+_ZSTD = _ZstdContext()
+
+
+def _zstd_decompress(data: bytes) -> bytes:
+    try:
+        stream = _ZSTD.decompressor.decompressobj()
+        out = stream.decompress(data)
+        if stream.eof and not stream.unused_data:  # one complete frame: what cramjam returns too
+            return out
+    except zstandard.ZstdError:
+        pass
+    return bytes(cramjam.zstd.decompress(data))
 
 
 def decompress(codec: int, data: bytes, magic: int = 2) -> bytes:
@@ -93,7 +128,7 @@ def decompress(codec: int, data: bytes, magic: int = 2) -> bytes:
         if codec == ZSTD:
             if magic < 2:
                 raise DecodeError(Reason.UNSUPPORTED_CODEC, 0, "zstd is not allowed in magic 0/1")
-            return bytes(cramjam.zstd.decompress(data))
+            return _zstd_decompress(data)
     except (OSError, EOFError, zlib.error, ValueError, cramjam.DecompressionError) as exc:
         # gzip raises BadGzipFile (an OSError), EOFError or zlib.error on damaged input
         raise _fail(codec, exc) from None

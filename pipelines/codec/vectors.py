@@ -24,15 +24,19 @@ class ByteBuffer:
         if array.size < MIN_BYTES:  # clipped reads always have bytes to read
             array = np.concatenate([array, np.zeros(MIN_BYTES - array.size, np.uint8)])
         self.data = array
-        self._windows: dict[str, np.ndarray] = {}
+        self._windows: dict[Any, np.ndarray] = {}
 
-    def window(self, dtype: str) -> np.ndarray:
+    def window(self, dtype: Any) -> np.ndarray:
         """The buffer as overlapping items of ``dtype``, one starting at every byte: ``window[p]``
-        is the value stored at byte p, so one gather reads a field of every row."""
+        is the value stored at byte p, so one gather reads a field of every row. A dtype wider
+        than the buffer has one item, at byte 0, over the buffer padded with zeros."""
         view = self._windows.get(dtype)
         if view is None:
             width = np.dtype(dtype).itemsize
-            view = np.ndarray((self.data.size - width + 1,), dtype, buffer=self.data, strides=(1,))
+            data = self.data
+            if data.size < width:
+                data = np.concatenate([data, np.zeros(width - data.size, np.uint8)])
+            view = np.ndarray((data.size - width + 1,), dtype, buffer=data, strides=(1,))
             self._windows[dtype] = view
         return view
 
@@ -96,9 +100,15 @@ def subtract_checked(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarr
 
 
 def spans_to_binary(
-    buffer: pa.Buffer, offset_type: Any, start: np.ndarray, stop: np.ndarray, null: np.ndarray
+    buffer: pa.Buffer,
+    offset_type: Any,
+    start: np.ndarray,
+    stop: np.ndarray,
+    null: np.ndarray,
+    rows: np.ndarray | None = None,
 ) -> pa.Array:
-    """A binary array of the spans ``[start, stop)`` of ``buffer``, copied out by Arrow's ``take``.
+    """A binary array of the spans ``[start, stop)`` of ``buffer`` (those at ``rows``, in that order, if
+    given), copied out by Arrow's ``take``.
 
     The spans must lie one after the other in the buffer (start[i] <= stop[i] <= start[i + 1]):
     then start0, stop0, start1, stop1, ... is a valid Arrow offsets buffer whose even elements
@@ -118,5 +128,5 @@ def spans_to_binary(
         validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
     binary_type = pa.binary() if offset_type == np.int32 else pa.large_binary()
     interleaved = pa.Array.from_buffers(binary_type, 2 * count - 1, [validity, pa.py_buffer(offsets), buffer])
-    taken = interleaved.take(pa.array(np.arange(0, 2 * count, 2)))
+    taken = interleaved.take(pa.array(np.arange(0, 2 * count, 2) if rows is None else 2 * rows))
     return taken if binary_type == pa.binary() else taken.cast(pa.binary())

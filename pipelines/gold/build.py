@@ -60,6 +60,8 @@ CURRENT = ("current_offsets", "pending_transactions", "current_groups", "consume
            "share_group_members", "streams_group_members", "streams_group_topologies")  # fmt: skip
 # interval tables: a run rewrites only a partition's open intervals -> (table, end column)
 INTERVALS = {"offset_history": "valid_to_offset", "group_generations": "ended_offset"}
+# their third partition column: true for open intervals (the end column null)
+CURRENT_FLAG = "is_current"
 GOLD_TABLES = (*CURRENT, *INTERVALS)
 MEMBERS = "consumer_group_members"
 # its assignments name topics by id; gold fills in the names silver.topic_ids knows when it writes
@@ -90,7 +92,7 @@ class GoldResult:
 
 def _payload(tables: Tables, table: str) -> list[Any]:
     """A gold table's columns the replay's state and output hold (all but the partition columns)."""
-    return [c for c in tables.spec("gold", table).columns if c.name not in PART]
+    return [c for c in tables.spec("gold", table).columns if c.name not in (*PART, CURRENT_FLAG)]
 
 
 def _arrow_schema(columns: list[Any]) -> pa.Schema:
@@ -127,12 +129,23 @@ def _tasks(spark: SparkSession, tables: Tables, plan: Plan) -> list[ReplayTask]:
     paths = {("silver", t): tables.path("silver", t) for t in SOURCE_TABLES}
     if plan.incremental:
         paths |= {("gold", t): tables.path("gold", t) for t in GOLD_TABLES}
-    found = lake.data_files(spark, {f"{layer}.{t}": p for (layer, t), p in paths.items()}, PART,
-                            ("record_offset", *INTERVALS.values()))  # fmt: skip
+    # silver at the versions the plan consumes: a silver run committing meanwhile is the next run's
+    versions = {f"silver.{t}": plan.versions.get(t) for t in SOURCE_TABLES}
+    found = lake.data_files(spark, {f"{layer}.{t}": p for (layer, t), p in paths.items()}, (*PART, CURRENT_FLAG),
+                            ("record_offset", "offsets_partition"), versions)  # fmt: skip
     by_pair: dict[tuple[str, str, str], list[lake.DataFile]] = {}
+    wanted = {(c, str(p)) for c, p in plan.pairs}
     for name, files in found.items():
         for f in files:
-            by_pair.setdefault((name, str(f.partition[0]), str(f.partition[1])), []).append(f)
+            if f.partition[1] is not None:
+                by_pair.setdefault((name, str(f.partition[0]), str(f.partition[1])), []).append(f)
+                continue
+            # a table partitioned by cluster alone: the file serves every offsets partition its
+            # statistics span (its task keeps only its own partition's rows)
+            low, high = f.minimum["offsets_partition"], f.maximum["offsets_partition"]
+            for cluster, part in wanted:
+                if cluster == str(f.partition[0]) and (low is None or low <= int(part) <= high):
+                    by_pair.setdefault((name, cluster, part), []).append(f)
     out = []
     for pair in plan.pairs:
         applied = plan.incremental_from.get(pair)
@@ -148,9 +161,8 @@ def _tasks(spark: SparkSession, tables: Tables, plan: Plan) -> list[ReplayTask]:
         if applied is not None:
             for table in GOLD_TABLES:
                 files = by_pair.get((f"gold.{table}", pair[0], str(pair[1])), [])
-                if table in INTERVALS:  # only files that may hold an open interval (a null end)
-                    end = INTERVALS[table]
-                    files = [f for f in files if f.nulls[end] is None or f.nulls[end] > 0]
+                if table in INTERVALS:  # only the files of open intervals
+                    files = [f for f in files if str(f.partition[2]).lower() == "true"]
                 if files:
                     gold[table] = [f.uri for f in files]
         out.append(ReplayTask(pair, applied, silver, gold, weight))
@@ -189,7 +201,9 @@ def _replay_function(
             uris = files["silver"].get(table)
             if not uris:
                 return None
-            return read_parquet(uris, sources[table], ("record_offset", after), ("timestamp",))
+            return read_parquet(
+                uris, sources[table], ("record_offset", after), ("timestamp",), ("offsets_partition", part)
+            )
 
         def persisted(table: str) -> pa.Table | None:
             uris = files["gold"].get(table)
@@ -219,7 +233,7 @@ def _replay_function(
         full = applied is None
         parts: list[tuple[str, str, pa.Table, bool]] = []
         for table, schema in schemas.items():
-            rows = _with_partition(out.tables[table], cluster, part, schema)
+            rows = _with_partition(out.tables[table], cluster, part, table, schema)
             changed = full or out.changed.get(table, True)
             if table in INTERVALS:
                 open_ = pc.is_null(rows.column(INTERVALS[table]))
@@ -259,7 +273,7 @@ def _replay_function(
     return run
 
 
-def _with_partition(rows: pa.Table, cluster: str, part: int, schema: pa.Schema) -> pa.Table:
+def _with_partition(rows: pa.Table, cluster: str, part: int, table: str, schema: pa.Schema) -> pa.Table:
     """A gold table's rows of one partition in its declared columns and types."""
     n = rows.num_rows
     cols = []
@@ -268,6 +282,8 @@ def _with_partition(rows: pa.Table, cluster: str, part: int, schema: pa.Schema) 
             cols.append(pa.array([cluster] * n, f.type))
         elif f.name == "offsets_partition":
             cols.append(pa.array([part] * n, f.type))
+        elif f.name == CURRENT_FLAG:  # the interval is open: its end is null
+            cols.append(pc.is_null(rows.column(INTERVALS[table])))
         else:
             cols.append(rows.column(f.name).cast(f.type))
     return pa.Table.from_arrays(cols, schema=schema)
@@ -298,59 +314,85 @@ def _progress_of(out: DataFrame) -> dict[tuple[str, int], dict[str, Any]]:
 
 @dataclass(frozen=True)
 class _Write:
-    """One replaceWhere: a table's part (all rows, or an interval table's closed or open ones) of
-    these partitions."""
+    """One commit to a gold table: ``append`` or ``overwrite`` (the partitions the rows are in:
+    dynamic partition overwrite) the rows of the replay's output selected by ``parts`` (part ->
+    partitions), or ``delete`` the rows matching ``where`` (partitions left empty)."""
 
-    table: str
-    part: str
-    pairs: list[Pair]
-    where: str
+    mode: str
+    parts: dict[str, list[Pair]] = field(default_factory=dict)
+    where: str = ""
 
 
 def _writes(plan: Plan, changed: dict[tuple[str, str], list[Pair]], nonempty: dict[tuple[str, str], list[Pair]]):
-    """Per table, its writes in order. A current table replaces the changed partitions. An
-    interval table first writes the intervals the run closed — replacing every row of a
-    recomputed partition, and for a resumed one the rows that end after its applied offset
-    (none, unless a killed run left them) — then the open intervals in place of the open ones."""
+    """Per table, its commits in order. A current table overwrites the partitions the run changed
+    (and deletes those left without rows). An interval table appends the intervals a resumed
+    partition closed, then overwrites the open intervals of the changed partitions and every row
+    of a recomputed one: its open intervals are a partition of their own (``is_current``), so
+    history already written is never rewritten."""
     out: dict[str, list[_Write]] = {}
     for table in GOLD_TABLES:
         if table not in INTERVALS:
-            pairs = changed.get((table, ALL), [])
-            if pairs:
-                out[table] = [_Write(table, ALL, pairs, partitions_predicate(pairs))]
+            pairs, kept = changed.get((table, ALL), []), set(nonempty.get((table, ALL), []))
+            writes = [_Write("overwrite", {ALL: sorted(kept)})] if kept else []
+            emptied = [p for p in pairs if p not in kept and p in plan.progress]  # a first write has none
+            if emptied:
+                writes.append(_Write("delete", where=partitions_predicate(emptied)))
+            if writes:
+                out[table] = writes
             continue
-        end = INTERVALS[table]
-        full = [p for p in changed.get((table, OPEN), []) if p not in plan.incremental_from]
-        resumed = [p for p in nonempty.get((table, CLOSED), []) if p in plan.incremental_from]
-        terms = [f"({partitions_predicate(full)})"] if full else []
-        for pair in resumed:
-            applied = int(plan.incremental_from[pair])
-            terms.append(f"({partitions_predicate([pair])} AND {end} > {applied})")
-        writes = []
-        if terms:
-            writes.append(_Write(table, CLOSED, sorted([*full, *resumed]), " OR ".join(terms)))
         opened = changed.get((table, OPEN), [])
-        if opened:
-            writes.append(_Write(table, OPEN, opened, f"({partitions_predicate(opened)}) AND {end} IS NULL"))
+        full = [p for p in opened if p not in plan.incremental_from]
+        resumed = [p for p in opened if p in plan.incremental_from]
+        closed = set(nonempty.get((table, CLOSED), []))
+        open_rows = set(nonempty.get((table, OPEN), []))
+        writes = []
+        appended = [p for p in resumed if p in closed]
+        if appended:
+            writes.append(_Write("append", {CLOSED: appended}))
+        over = {CLOSED: [p for p in full if p in closed], OPEN: sorted(open_rows & set(opened))}
+        if over[CLOSED] or over[OPEN]:
+            writes.append(_Write("overwrite", over))
+        # partitions the overwrite leaves as they were although the run emptied them (only where
+        # gold wrote before: a first write has nothing to clear)
+        emptied = [(p, "false") for p in full if p not in closed] + [(p, "true") for p in opened if p not in open_rows]
+        emptied = [
+            f"({partitions_predicate([p])} AND {CURRENT_FLAG} = {flag})" for p, flag in emptied if p in plan.progress
+        ]
+        if emptied:
+            writes.append(_Write("delete", where=" OR ".join(emptied)))
         if writes:
             out[table] = writes
     return out
 
 
 def _write(spark: SparkSession, tables: Tables, out: DataFrame, writes: dict[str, list[_Write]]) -> None:
-    """Run the writes: the tables in parallel, an interval table's two writes in order (both
-    replace rows of the same partitions); a table no partition changed is not written."""
+    """Run the commits: the tables in parallel, a table's own commits in order; a table no
+    partition changed is not written."""
     names = topic_names(spark, tables).persist() if any(t in writes for t in NAMED) else None
 
     def write(table: str) -> None:
         ddl = tables.spec("gold", table).ddl_columns()
+        path = tables.path("gold", table)
         for w in writes[table]:
-            pairs = partitions_predicate(w.pairs)
-            blobs = out.where((F.col("table") == table) & (F.col("part") == w.part) & F.col("changed"))
-            rows = blobs.where(pairs).select("data").mapInArrow(_unpack, ddl)
+            if w.mode == "delete":
+                lake.delete_where(spark, path, w.where)
+                continue
+            pick = [
+                (F.col("part") == part) & F.expr(partitions_predicate(pairs))
+                for part, pairs in w.parts.items()
+                if pairs
+            ]
+            cond = pick[0]
+            for c in pick[1:]:
+                cond = cond | c
+            blobs = out.where((F.col("table") == table) & F.col("changed") & cond)
+            rows = blobs.select("data").mapInArrow(_unpack, ddl)
             if table in NAMED and names is not None:
                 rows = fill_topic_names(rows, list(NAMED[table]), names)
-            lake.replace_where(rows, tables.path("gold", table), w.where)
+            if w.mode == "append":
+                lake.append(rows, path)
+            else:
+                lake.overwrite_partitions(rows, path)
 
     try:
         lake.first_then_parallel(list(writes), write, lambda: faults.point("gold.between_merges"))
@@ -381,7 +423,8 @@ def _rebuild_if_outdated(spark: SparkSession, tables: Tables) -> bool:
     outdated = []
     for name, spec in tables.specs["gold"].items():
         path = tables.path("gold", name)
-        if lake.exists(spark, path) and lake.partition_columns(spark, path) != list(spec.partitioned_by):
+        columns = lake.partition_columns(spark, path)
+        if columns is not None and columns != list(spec.partitioned_by):
             outdated.append(name)
     if not outdated:
         return False

@@ -24,9 +24,11 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import AnalysisException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from pipelines.gold.events import SOURCE_TABLES, positions_frame
@@ -102,8 +104,8 @@ class Plan:
 
 
 def _progress(spark: SparkSession, tables: Tables) -> dict[Pair, dict[str, Any]]:
-    df = lake.read(spark, tables.path("gold", "partition_progress"))
-    return {} if df is None else {(r["cluster"], r["offsets_partition"]): r.asDict() for r in df.collect()}
+    rows = lake.read_arrow(spark, tables.path("gold", "partition_progress"), PROGRESS_COLUMNS)
+    return {} if rows is None else {(r["cluster"], r["offsets_partition"]): r for r in rows.to_pylist()}
 
 
 def make_plan(spark: SparkSession, tables: Tables, full_refresh: bool) -> Plan:
@@ -122,8 +124,7 @@ def make_plan(spark: SparkSession, tables: Tables, full_refresh: bool) -> Plan:
     if not moved and not in_flight:
         return plan  # nothing to replay (topic names, if silver learnt any, are refreshed by the caller)
     try:
-        feed = _feed(spark, tables, moved, versions, consumed)
-        rows = [] if feed is None else feed.collect()
+        rows = _feed(spark, tables, moved, versions, consumed)
     except FEED_ERRORS as exc:
         log.warning("gold: change data feed of silver unavailable (%s); planning from a scan", str(exc).split("\n")[0])
         plan.source = "scan"
@@ -154,30 +155,43 @@ def _feed(
     moved: list[str],
     versions: dict[str, int | None],
     consumed: dict[str, int | None],
-) -> DataFrame | None:
+) -> list[dict[str, Any]]:
     """Per partition, over the silver tables that moved: the lowest new record offset, and
-    whether any row was rewritten or removed (anything but an insert)."""
-    frames = []
+    whether any row was rewritten or removed (anything but an insert). Read on the driver (the
+    feed of an increment is small)."""
+    cols = [*PART, "record_offset"]
+    parts = []
     for table in moved:
         path, now, before = tables.path("silver", table), versions[table], consumed.get(table)
         if now is None:  # the table went away: everything it held is gone
             raise AnalysisException(f"silver.{table} no longer exists")
         if before is None:  # a table new since: all of it is new
-            df = lake.read(spark, path).select(*PART, "record_offset", F.lit("insert").alias("_change_type"))  # type: ignore[union-attr]
+            rows = lake.read_arrow(spark, path, cols)
+            rows = rows.append_column("_change_type", pa.array(["insert"] * rows.num_rows, pa.string()))  # type: ignore[union-attr]
         else:
-            df = lake.changes(spark, path, before + 1, now).select(*PART, "record_offset", "_change_type")
-            if table in NAMED_ONLY:
-                df = df.where("_change_type NOT IN ('update_preimage', 'update_postimage')")
-        frames.append(df)
-    if not frames:
-        return None
-    out = frames[0]
-    for f in frames[1:]:
-        out = out.unionByName(f)
-    return out.groupBy(*PART).agg(
-        F.min(F.when(F.col("_change_type") == "insert", F.col("record_offset"))).alias("min_offset"),
-        F.max((F.col("_change_type") != "insert").cast("int")).alias("rewritten"),
-    )
+            rows = lake.changes_arrow(spark, path, before + 1, now, cols)
+            if table in NAMED_ONLY:  # topic names silver filled in: nothing gold replays changed
+                kind = rows.column("_change_type")
+                rows = rows.filter(pc.invert(pc.is_in(kind, pa.array(["update_preimage", "update_postimage"]))))
+        parts.append(rows.select([*cols, "_change_type"]).cast(_FEED_SCHEMA))
+    if not parts:
+        return []
+    feed = pa.concat_tables(parts)
+    insert = pc.equal(feed.column("_change_type"), "insert")
+    feed = feed.append_column("_insert_offset", pc.if_else(insert, feed.column("record_offset"), None))
+    feed = feed.append_column("_rewritten", pc.cast(pc.invert(insert), pa.int8()))
+    grouped = feed.group_by(list(PART), use_threads=False).aggregate([("_insert_offset", "min"), ("_rewritten", "max")])
+    return [
+        {"cluster": r["cluster"], "offsets_partition": r["offsets_partition"], "min_offset": r["_insert_offset_min"],
+         "rewritten": bool(r["_rewritten_max"])}
+        for r in grouped.to_pylist()
+    ]  # fmt: skip
+
+
+_FEED_SCHEMA = pa.schema(
+    [("cluster", pa.string()), ("offsets_partition", pa.int32()), ("record_offset", pa.int64()),
+     ("_change_type", pa.string())]
+)  # fmt: skip
 
 
 def _from_scan(spark: SparkSession, tables: Tables, plan: Plan, force: str | None = None) -> Plan:
@@ -239,7 +253,9 @@ def progress_rows(
 ) -> None:
     """Write the plan's partition_progress rows: marked in flight before the writes (the commit
     still carries the versions consumed before), or with what the replay applied after them (and
-    the versions this run consumed)."""
+    the versions this run consumed). The table is small: it is overwritten whole, the other
+    partitions' rows as they were (a predicate on a column that is not a partition column would
+    make Delta scan and rewrite its files)."""
     path = tables.path("gold", "partition_progress")
     schema = tables.spec("gold", "partition_progress").struct()
     rows = []
@@ -259,11 +275,13 @@ def progress_rows(
                 "in_flight_run": None,
             }
         rows.append(tuple({**row, "cluster": pair[0], "offsets_partition": pair[1]}[c] for c in PROGRESS_COLUMNS))
+    planned = set(plan.pairs)
+    rows += [tuple(r[c] for c in PROGRESS_COLUMNS) for pair, r in sorted(plan.progress.items()) if pair not in planned]
     versions = plan.consumed if in_flight else plan.versions
     metadata = {"silver_versions": versions} if versions is not None else None
     frame = spark.createDataFrame(rows, schema)
     with lake.commit_metadata(spark, metadata):
         if rows:
-            lake.replace_where(frame, path, partitions_predicate(plan.pairs))
+            lake.replace_where(frame, path)
         else:
             lake.commit_empty(spark, path, schema, metadata)

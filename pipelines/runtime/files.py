@@ -69,19 +69,26 @@ def read_parquet(
     schema: pa.Schema,
     after: tuple[str, int] | None = None,
     timestamps_as_ms: Sequence[str] = (),
+    equal: tuple[str, int] | None = None,
 ) -> pa.Table:
     """The rows of these Parquet files in ``schema``'s columns and types (a column a file lacks —
     an older file of a table that gained columns — is null), optionally only those whose integer
-    column ``after[0]`` is greater than ``after[1]``. Columns named in ``timestamps_as_ms`` are read
-    as timestamps and returned as epoch milliseconds (int64), whatever unit the file stores
-    (Spark writes INT96, read as nanoseconds)."""
+    column ``after[0]`` is greater than ``after[1]``, and whose column ``equal[0]`` (where the file
+    has it) equals ``equal[1]``. Columns named in ``timestamps_as_ms`` are read as timestamps and
+    returned as epoch milliseconds (int64), whatever unit the file stores (Spark writes INT96, read
+    as nanoseconds)."""
     parts = []
     for uri in uris:
         filesys, path = filesystem(uri)
         with filesys.open_input_file(path) as fh:
             pf = pq.ParquetFile(fh)
             present = set(pf.schema_arrow.names)
-            table = pf.read(columns=[n for n in schema.names if n in present])
+            wanted = [n for n in schema.names if n in present]
+            if equal is not None and equal[0] in present and equal[0] not in wanted:
+                wanted.append(equal[0])
+            table = pf.read(columns=wanted)
+        if equal is not None and equal[0] in present and table.num_rows:
+            table = table.filter(pc.equal(table.column(equal[0]), equal[1]))
         if after is not None and table.num_rows:
             column, low = after
             table = table.filter(pc.greater(table.column(column), low))

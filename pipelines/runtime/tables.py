@@ -9,6 +9,7 @@ existing table's, which catches schema drift at registration.
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,8 @@ from pipelines.codec.schema import load_yaml, schemas_dir
 from pipelines.errors import ConfigError, DeclarationError
 from pipelines.runtime import lake
 from pipelines.runtime.lake import sql_str
+
+log = logging.getLogger("offsets_lakehouse")
 
 LAYERS = ("bronze", "silver", "gold", "quality")
 
@@ -198,7 +201,10 @@ class Tables:
         for layer, tables in self.specs.items():
             for table in tables:
                 if lake.exists(self.spark, self.path(layer, table)):
-                    names.append(self.ensure(layer, table))
+                    try:
+                        names.append(self.ensure(layer, table))
+                    except ConfigError as exc:  # an older layout: the layer's next run rebuilds it
+                        log.warning("%s not registered: %s", self.name(layer, table), exc)
         for layer in self.specs:
             names += self.ensure_views(layer, names)
         return names

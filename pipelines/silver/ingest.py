@@ -64,6 +64,18 @@ def _ensure_bronze_cdf(spark: SparkSession, tables: Tables, result: SilverResult
     return False
 
 
+def _outdated(spark: SparkSession, tables: Tables) -> list[str]:
+    """Silver tables an older version wrote with another partitioning: Delta cannot change a
+    table's partitioning in place, and silver is derived from bronze, so they are rebuilt."""
+    out = []
+    for name, spec in tables.specs["silver"].items():
+        path = tables.path("silver", name)
+        columns = lake.partition_columns(spark, path)
+        if columns is not None and columns != list(spec.partitioned_by):
+            out.append(name)
+    return out
+
+
 # -- the stage -------------------------------------------------------------------------------------
 def run_silver(spark: SparkSession, tables: Tables, run_id: str, full_refresh: bool = False) -> SilverResult:
     """Decode what bronze holds and silver does not yet; see the module docstring."""
@@ -77,7 +89,10 @@ def run_silver(spark: SparkSession, tables: Tables, run_id: str, full_refresh: b
     killed = last is not None and last["mode"] == "started"  # a run died after its intent row
     if pending and not full_refresh:
         log.info("silver: the last full refresh did not finish; completing it")
-    full = full_refresh or pending
+    outdated = _outdated(spark, tables)
+    if outdated:
+        log.warning("silver: %s laid out by an older version; rebuilding silver from bronze", ", ".join(outdated))
+    full = full_refresh or pending or bool(outdated)
     plan = build_plan()
     result = SilverResult("full_refresh" if full else "incremental", watermark, latest)
     recorded = json.loads((done or {}).get("summary") or "{}")
@@ -116,13 +131,16 @@ def run_silver(spark: SparkSession, tables: Tables, run_id: str, full_refresh: b
         if full:
             pending_summary = {"decoder_version": plan.decoder_version}
             write_progress(spark, tables, run_id, "refresh_pending", None, 0, pending_summary)
+            for table in outdated:  # after the pending row: a run killed now completes the refresh
+                spark.sql(f"DROP TABLE IF EXISTS {tables.name('silver', table)}")
+                lake.drop(spark, tables.path("silver", table))
             with result.steps("topic ids"):
                 update_topic_ids(spark, tables, decoded, overwrite=True)
             with result.steps("write tables"):
                 refresh_tables(spark, tables, decoded, result)
             faults.point("silver.before_derived")
             with result.steps("inventory"):  # the census of the whole snapshot, made while decoding it
-                replace_inventory(spark, tables, decoded.inventory_frame())
+                replace_inventory(spark, tables, decoded.inventory)
         else:
             # the intent row: a run killed from here on makes the next run MERGE instead of append
             write_progress(spark, tables, run_id, "started", latest, result.bronze_rows, {"from": watermark})
@@ -145,9 +163,9 @@ def run_silver(spark: SparkSession, tables: Tables, run_id: str, full_refresh: b
                     result.topic_names_resolved = resolve_topic_names(spark, tables, learnt)
             with result.steps("inventory"):
                 if append and inserts is not None:  # rows silver never counted: add them to their partitions' census
-                    add_to_inventory(spark, tables, decoded.inventory_frame(), pairs, latest)
+                    add_to_inventory(spark, tables, decoded.inventory, pairs, latest)
                 elif last is None:  # the first run decoded all of bronze, and nothing was quarantined before
-                    replace_inventory(spark, tables, decoded.inventory_frame())
+                    replace_inventory(spark, tables, decoded.inventory)
                 else:
                     changed = True if sum(result.inserted.values()) else None
                     update_inventory(spark, tables, latest, pairs, changed=changed)

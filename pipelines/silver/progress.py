@@ -23,19 +23,13 @@ COMPLETED = ("incremental", "snapshot", "full_refresh", "redecode", "up_to_date"
 
 
 def progress_state(spark: SparkSession, tables: Tables) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """(latest progress row, latest row that is not a ``started`` intent), one Spark job."""
-    progress = lake.read(spark, tables.path("silver", "progress"))
-    if progress is None:
+    """(latest progress row, latest row that is not a ``started`` intent), read on the driver."""
+    progress = lake.read_arrow(spark, tables.path("silver", "progress"))
+    if progress is None or not progress.num_rows:
         return None, None
-    progress.createOrReplaceTempView("_silver_progress")
-    row = spark.sql(
-        "SELECT max_by(struct(*), committed_at) AS last, "
-        "max_by(struct(*), CASE WHEN mode != 'started' THEN committed_at END) AS done FROM _silver_progress"
-    ).collect()[0]
-    return (
-        row["last"].asDict() if row["last"] is not None else None,
-        row["done"].asDict() if row["done"] is not None else None,
-    )
+    rows = sorted(progress.to_pylist(), key=lambda r: r["committed_at"])
+    done = [r for r in rows if r["mode"] != "started"]
+    return rows[-1], (done[-1] if done else None)
 
 
 def last_progress(spark: SparkSession, tables: Tables) -> dict[str, Any] | None:

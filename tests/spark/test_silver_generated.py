@@ -254,6 +254,25 @@ def test_full_refresh_equals_incremental_and_reruns_change_nothing(spark, lake) 
     assert versions(spark, tables) == before
 
 
+def test_a_table_laid_out_by_an_older_version_makes_silver_rebuild(spark, lake) -> None:
+    """A table partitioned as silver used to partition it (by offsets partition too) cannot take
+    this version's writes: silver drops it and rebuilds everything from bronze, to the same rows."""
+    from pipelines.runtime import lake as lakeio
+
+    tables = lake["tables"]
+    before = snapshot(spark, tables)
+    path = tables.path("silver", "transaction_markers")
+    old = spark.read.format("delta").load(path)
+    rows = old.collect()
+    lakeio.drop(spark, path)
+    spark.createDataFrame(rows, old.schema).write.format("delta").partitionBy("cluster", "offsets_partition").save(path)
+    assert lakeio.partition_columns(spark, path) == ["cluster", "offsets_partition"] and rows
+    rebuilt = run_silver(spark, tables, "relayout")
+    assert rebuilt.mode == "full_refresh"
+    assert lakeio.partition_columns(spark, path) == ["cluster"]
+    assert snapshot(spark, tables) == before
+
+
 class Crash(Exception):
     pass
 

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from pipelines.codec import primitives as P
 from pipelines.codec.columnar import ColumnarResult, decode_columns, decode_fallback, uuid_strings
+from pipelines.codec.columnar_versions import Merged
 from pipelines.codec.reader import Batch, iter_log
 from pipelines.codec.records import (
     ASSIGNMENT,
@@ -32,7 +33,7 @@ from pipelines.codec.records import (
     encode_subscription,
     encode_value,
 )
-from pipelines.codec.schema import UNKNOWN_TAGS, Struct
+from pipelines.codec.schema import UNKNOWN_TAGS, Struct, columnar_layout
 from pipelines.codec.segments import discover
 from pipelines.generate import generate
 from tests.conftest import real_segments_dir
@@ -425,3 +426,98 @@ def test_small_groups_go_to_the_reference_and_large_ones_stay_columnar() -> None
     result = check_against_reference(keys, values, small_groups_per_record=True)
     assert result.too_few.tolist() == [False] * 600 + [True] * 5 + [False]
     assert {(g.record_type, g.value_version) for g in result.groups} == {(1, 3), (3, None)}
+
+
+# -- versions read in one pass ------------------------------------------------------------------------------
+# (type, versions) that one pass decodes: consecutive versions whose layouts differ only in which
+# fields are present
+PASSES = [
+    (type_id, run)
+    for type_id, compiled in sorted(RECORDS.items())
+    for run in Merged(compiled.value_columnar).classes(sorted(v for v, lay in compiled.value_columnar.items() if lay))
+    if len(run) > 1
+]
+
+
+def test_versions_that_only_add_fields_share_a_pass() -> None:
+    """Offset commits and classic group metadata only added fields up to version 3 (version 4 is
+    flexible: another wire form), and so did the consumer protocol's subscription and assignment."""
+    assert {(1, (0, 1, 2, 3)), (2, (0, 1, 2, 3))} <= set(PASSES)
+    for decl in (SUBSCRIPTION, ASSIGNMENT):
+        layouts = {v: columnar_layout(decl.decl.struct, v, False) for v in decl.decoders}
+        assert Merged(layouts).classes(sorted(layouts)) == [tuple(sorted(layouts))]
+
+
+def _every_version(decl: Any, encode: Any) -> st.SearchStrategy[bytes]:
+    """Consumer protocol bytes of any version the declaration has."""
+    return st.one_of(
+        *(
+            struct_strategy(decl.decl.struct, v, False).map(lambda d, v=v: encode({"version": v, **d}))
+            for v in decl.decoders
+        )
+    )
+
+
+consumer_protocol_of_any_version = st.fixed_dictionaries(
+    {
+        "subscription": _every_version(SUBSCRIPTION, encode_subscription),
+        "assignment": _every_version(ASSIGNMENT, encode_assignment),
+    }
+)
+
+
+@pytest.mark.parametrize(("type_id", "versions"), PASSES, ids=lambda x: str(x))
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_versions_of_one_pass_mixed(type_id: int, versions: tuple[int, ...], data: st.DataObject) -> None:
+    """Records of every version of a pass in one call, in any order, some of them damaged: equal to the
+    reference record for record, and every version's undamaged records decoded columnar-wise (classic
+    group members carry consumer protocol structs of every version)."""
+    pairs = [data.draw(_record(type_id, v)) for v in versions]  # one of each, kept undamaged
+    pairs += data.draw(st.lists(st.one_of(*(_record(type_id, v) for v in versions)), max_size=20))
+    if type_id == 2:
+        for i, (key, value) in enumerate(pairs):
+            decoded = decode_record(key, value)
+            fields = {**decoded.value, "protocol_type": "consumer"}
+            for member in fields["members"]:
+                member.update(data.draw(consumer_protocol_of_any_version))
+                member.pop("subscription_info", None)
+                member.pop("assignment_info", None)
+            pairs[i] = (key, encode_value(2, decoded.value_version, fields))
+    extra = len(pairs) - len(versions)
+    broken = data.draw(st.lists(st.integers(0, extra - 1), max_size=4)) if extra else []
+    for i in broken:  # the first record of each version stays undamaged
+        key, value = pairs[len(versions) + i]
+        pairs[len(versions) + i] = (key, data.draw(damaged(value)))
+    pairs = data.draw(st.permutations(pairs))
+    keys, values = [k for k, _ in pairs], [v for _, v in pairs]
+    result = check_against_reference(keys, values)
+    columnar = {g.value_version for g in result.groups if g.record_type == type_id and not g.tombstone}
+    assert set(versions) <= columnar, (versions, columnar)
+
+
+def test_a_small_version_beside_a_large_one_of_its_pass() -> None:
+    """The default policy: classic group metadata v0 with too few records for a pass of its own (its
+    members' consumer protocol structs count too) is decoded in the pass of a larger v3, to the
+    values the reference gives; alone, it is left to the reference."""
+    key = encode_key(2, {"group": "g"})
+    subscription = encode_subscription({"version": 1, "topics": ["t"], "user_data": None, "owned_partitions": []})
+    member = {
+        "member_id": "m",
+        "group_instance_id": None,
+        "client_id": "c",
+        "client_host": "h",
+        "rebalance_timeout": 1,
+        "session_timeout": 2,
+        "subscription": subscription,
+        "assignment": b"",
+    }
+    value = {"protocol_type": "consumer", "generation": 1, "protocol": "range", "leader": "m"}
+    value |= {"current_state_timestamp": 5, "members": [member]}
+    v0 = [encode_value(2, 0, {**value, "generation": i}) for i in range(150)]
+    v3 = [encode_value(2, 3, {**value, "generation": i}) for i in range(2000)]
+    alone = check_against_reference([key] * len(v0), v0, small_groups_per_record=True)
+    assert alone.too_few.all()
+    both = check_against_reference([key] * (len(v0) + len(v3)), v0 + v3, small_groups_per_record=True)
+    assert not both.fallback.any()
+    assert {(g.record_type, g.value_version, len(g.rows)) for g in both.groups} == {(2, 0, 150), (2, 3, 2000)}
