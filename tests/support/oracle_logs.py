@@ -21,9 +21,15 @@ def _root() -> Path:
     return root
 
 
-@cache
 def generated(seed: int, records: int = RECORDS, partitions: int = 50) -> Path:
-    """``offsets-lakehouse generate`` output for ``seed`` (log files and expected-state.json)."""
+    """``offsets-lakehouse generate`` output for ``seed`` (log files and expected-state.json);
+    generated once per process however the arguments are passed (``generated(1)`` and
+    ``generated(1, RECORDS, 50)`` are the same log)."""
+    return _generated(seed, records, partitions)
+
+
+@cache
+def _generated(seed: int, records: int, partitions: int) -> Path:
     out = _root() / f"seed-{seed}-{records}-{partitions}"
     generate(out, records, seed=seed, partitions=partitions)
     return out
