@@ -228,7 +228,9 @@ def compared(log: tuple[int, int, int]) -> Seen:
 def test_the_three_implementations_agree_at_every_share_and_streams_batch(log: tuple[int, int, int]) -> None:
     seen = compared(log)
     assert not seen.differences, "\n".join(seen.differences[:20])  # type: ignore[index]
-    assert seen.positions >= 30 and seen.rows["current_groups"] >= 30, (seen.positions, seen.rows)
+    # (seed 28's log, one share and two streams groups, has 24 positions since the generator
+    # deletes never-converted groups as classic ones; the guards over all logs are below)
+    assert seen.positions >= 20 and seen.rows["current_groups"] >= 30, (seen.positions, seen.rows)
 
 
 def test_the_compared_positions_hold_every_state_and_lifecycle_step() -> None:

@@ -686,12 +686,15 @@ def test_oracle_equals_the_generators_expected_state() -> None:
     assert rows["offsets"] > 800 and fields["offsets"] == 7 * rows["offsets"], rows
     assert rows["pending_transactions"] >= 20 and rows["deleted_offsets"] >= 20, rows
     assert causes["expiry"] >= 10 and causes["group_deletion"] >= 5, causes
-    assert rows["classic_groups"] >= 60 and rows["consumer_groups"] >= 30, rows
+    # (29 KIP-848 groups on these seeds since the generator deletes never-converted groups as
+    # classic ones)
+    assert rows["classic_groups"] >= 60 and rows["consumer_groups"] >= 25, rows
     assert rows["share_groups"] >= 5 and rows["streams_groups"] >= 5 and rows["groups"] >= 130, rows
     assert rows["deleted_simple_groups"] >= 2 and rows["applied_offsets"] >= 90, rows
-    # the one accepted difference: a group with live classic and consumer records at once (no
-    # coordinator writes that; the generator's deletion of a never-converted group does)
-    assert accepted and all("snapshot also lists it as classic" in a for a in accepted), accepted
+    # the one difference the comparison would accept, a group with live classic and consumer
+    # records at once, is no longer in generated logs (a never-converted group is deleted as a
+    # classic group): nothing is set aside
+    assert not accepted, accepted
 
 
 def _real_clusters() -> list[Path]:
