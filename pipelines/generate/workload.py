@@ -6,7 +6,10 @@ groups through what real clusters see: members joining and leaving, auto-commits
 repeat the same offset, manual commits with metadata, offset resets, group deletion and
 recreation, ``assign()``-only groups, offset expiry, transactional commits (committed,
 aborted, interleaved with plain commits, and a few left open), KIP-848 consumer groups
-(with regex subscriptions), share groups and streams groups, with every codec.
+(with regex subscriptions), share groups and streams groups, with every codec. Share and streams
+groups also pass through the states the coordinator derives (members joining before their target
+assignment is computed, members not yet at the target epoch, a member left with epoch -1 by a
+current assignment tombstone and removed later, streams topologies not yet validated).
 
 Independently of the bytes it writes, it keeps its own *intent* model of which offsets
 are committed; ``generate`` checks the reference replay of the written files against it,
@@ -73,6 +76,10 @@ class Group:
     incarnation: int = 0
     converted: bool = False  # classic state tombstoned when the group moved to the new protocol
     plain_seq: dict[tuple[str, int], int] = field(default_factory=dict)  # last plain commit, by sequence
+    # share and streams groups: members whose current assignment was tombstoned (still members)
+    fenced: list[str] = field(default_factory=list)
+    topology_epoch: int = 0  # streams: epoch of the latest topology record
+    validated: int = -1  # streams: the topology epoch its group record says was validated
 
 
 class Workload:
@@ -90,6 +97,11 @@ class Workload:
         self.topic_ids = {t: P.uuid_to_str(self.rng.randbytes(16)) for t in self.topics}
         kinds = ["classic"] * 10 + ["standalone"] * 3 + ["connect"] + ["consumer"] * 4 + ["share", "streams"]
         self.groups = [self._new_group(i, self.rng.choice(kinds)) for i in range(n_groups)]
+        # every run has a share and a streams group (the last groups take the kinds no group drew)
+        for i, kind in enumerate(k for k in ("share", "streams") if all(g.kind != k for g in self.groups)):
+            self.groups[-1 - i] = self._new_group(n_groups - 1 - i, kind)
+        # share and streams membership choices (their own stream, so other groups' draws stay put)
+        self.mrng = random.Random(seed * 1_000_003 + 7)
         # open transactions: (partition, producer id) -> (group, {(topic, partition): offset}, begin sequence)
         self.open_txns: dict[tuple[int, int], tuple[Group, dict[tuple[str, int], int], int]] = {}
         self.seq = 0  # operation sequence number: orders plain commits against transactions
@@ -349,6 +361,7 @@ class Workload:
         g.committed.clear()
         g.positions.clear()
         g.members = []
+        g.fenced = []
         g.alive = False
         self._drop_transactions(g)  # deletion drops pending offsets too (tombstones)
 
@@ -357,6 +370,8 @@ class Workload:
         g.incarnation += 1
         g.generation = 0
         g.epoch = 0
+        g.topology_epoch = 0
+        g.validated = -1
         g.converted = False
         g.plain_seq.clear()
         return self.commit(g, era, manual=False)
@@ -410,14 +425,11 @@ class Workload:
         }[kind]
 
     def new_protocol_membership(self, g: Group, era: Era, kind: str) -> list:
+        if kind != "consumer":
+            return self.modern_membership(g, era, kind)
         self.tick()
         ids = self._np_ids(kind)
-        items: list[tuple[bytes, bytes | None]] = []
-        if not g.converted:
-            g.converted = True
-            g.members = []
-            if g.generation:  # online migration from the classic protocol: its state is tombstoned
-                items.append((encode_key(2, {"group": g.name}), None))
+        items = self._convert(g)
         leaving = bool(g.members) and self.rng.random() < 0.3
         if leaving:
             m = g.members.pop(self.rng.randrange(len(g.members)))
@@ -429,19 +441,8 @@ class Workload:
             items.append((encode_key(ids["member"], {"group_id": g.name, "member_id": m}), self._np_member(kind, g)))
         g.epoch += 1
         meta = {"epoch": g.epoch, "metadata_hash": self.rng.randrange(1 << 62) if era.at_least_41 else 0}
-        if kind == "streams":
-            meta = {
-                "epoch": g.epoch,
-                "metadata_hash": self.rng.randrange(1 << 62),
-                "validated_topology_epoch": -1,
-                "last_assignment_configs": None,
-                "stored_description_topology_epoch": -1,
-                "failed_description_topology_epoch": -1,
-            }
         items.append((encode_key(ids["meta"], {"group_id": g.name}), encode_value(ids["meta"], 0, meta)))
-        if kind == "streams" and g.epoch == 1:
-            items.append((encode_key(23, {"group_id": g.name}), encode_value(23, 0, self._topology(g))))
-        if kind == "consumer" and g.regex and g.epoch == 1:
+        if g.regex and g.epoch == 1:
             resolved = sorted(t for t in self.topics if t.startswith("topic-1"))
             items.append(
                 (
@@ -449,43 +450,7 @@ class Workload:
                     encode_value(16, 0, {"topics": resolved, "version": g.epoch, "timestamp": self.now}),
                 )
             )
-        items.append(
-            (
-                encode_key(ids["tmeta"], {"group_id": g.name}),
-                encode_value(ids["tmeta"], 0, {"assignment_epoch": g.epoch, "assignment_timestamp": 0}),
-            )
-        )
-        for member, tps in self.assignment(g).items():
-            items.append(
-                (
-                    encode_key(ids["target"], {"group_id": g.name, "member_id": member}),
-                    encode_value(ids["target"], 0, self._np_target(kind, tps)),
-                )
-            )
-            items.append(
-                (
-                    encode_key(ids["current"], {"group_id": g.name, "member_id": member}),
-                    encode_value(ids["current"], 0, self._np_current(kind, g, tps)),
-                )
-            )
-        if kind == "share" and g.epoch == 1:
-            items.append(
-                (
-                    encode_key(15, {"group_id": g.name}),
-                    encode_value(
-                        15,
-                        0,
-                        {
-                            "initializing_topics": [],
-                            "deleting_topics": [],
-                            "initialized_topics": [
-                                {"topic_id": self.topic_ids[t], "topic_name": t, "partitions": list(range(n))}
-                                for t, n in sorted(g.topics.items())
-                            ],
-                        },
-                    ),
-                )
-            )
+        items += self._np_assignment(g, kind, set(g.members))
         event = {
             "event": "member_leave" if leaving else "member_join",
             "group": g.name,
@@ -494,6 +459,119 @@ class Workload:
             "members": len(g.members),
         }
         return [(self.part(g), self.now, items, {}, event)]
+
+    def _convert(self, g: Group) -> list[tuple[bytes, bytes | None]]:
+        """A group's first new-protocol write: an online migration tombstones its classic state."""
+        if g.converted:
+            return []
+        g.converted = True
+        g.members = []
+        return [(encode_key(2, {"group": g.name}), None)] if g.generation else []
+
+    def _np_assignment(self, g: Group, kind: str, current: set[str], state: int | None = None) -> list:
+        """The target assignment at the group epoch (its epoch and every member's target), and the
+        current assignment of the members in ``current`` at that epoch (stable)."""
+        ids = self._np_ids(kind)
+        items = [
+            (
+                encode_key(ids["tmeta"], {"group_id": g.name}),
+                encode_value(ids["tmeta"], 0, {"assignment_epoch": g.epoch, "assignment_timestamp": 0}),
+            )
+        ]
+        for member, tps in self.assignment(g).items():
+            key = {"group_id": g.name, "member_id": member}
+            items.append((encode_key(ids["target"], key), encode_value(ids["target"], 0, self._np_target(kind, tps))))
+            if member in current:
+                value = self._np_current(kind, g, tps, state)
+                items.append((encode_key(ids["current"], key), encode_value(ids["current"], 0, value)))
+        return items
+
+    def _group_record(self, g: Group, kind: str) -> tuple[bytes, bytes]:
+        ids = self._np_ids(kind)
+        meta: dict[str, Any] = {"epoch": g.epoch, "metadata_hash": self.mrng.randrange(1 << 62)}
+        if kind == "streams":
+            meta |= {
+                "validated_topology_epoch": g.validated,
+                "last_assignment_configs": None if g.validated < 0 else [{"key": "num.standby.replicas", "value": "1"}],
+                "stored_description_topology_epoch": -1,
+                "failed_description_topology_epoch": -1,
+            }
+        return encode_key(ids["meta"], {"group_id": g.name}), encode_value(ids["meta"], 0, meta)
+
+    def modern_membership(self, g: Group, era: Era, kind: str) -> list:
+        """A share or streams group's membership change, as the coordinator writes it, sometimes
+        left part-way so the group loads in the states the coordinator derives: a join whose
+        target assignment is not written yet (Assigning), one whose members have not all caught
+        up (Reconciling; streams members with revocations pending), a member fenced by a current
+        assignment tombstone (still a member, epoch -1) and removed by a later write, a streams
+        topology changed and not yet validated (NotReady). Each write bumps the group epoch."""
+        self.tick()
+        ids = self._np_ids(kind)
+        items = self._convert(g)
+        roll = self.mrng.random()
+        current = set(g.members)  # members whose current assignment this write brings to the epoch
+        what = "member_join"
+        if g.fenced and roll < 0.3:  # the fenced members go: target (if any) and metadata tombstones
+            for m in g.fenced:
+                items.append((encode_key(ids["member"], {"group_id": g.name, "member_id": m}), None))
+            g.fenced = []
+            what = "member_remove"
+        elif kind == "streams" and g.epoch and roll < 0.3:
+            g.topology_epoch += 1
+            items.append((encode_key(23, {"group_id": g.name}), encode_value(23, 0, self._topology(g))))
+            if g.validated >= 0 and self.mrng.random() < 0.5:
+                g.validated = g.topology_epoch
+            what = "topology"
+        elif kind == "streams" and g.epoch and g.validated != g.topology_epoch and roll < 0.65:
+            g.validated = g.topology_epoch  # (a group Kafka 4.1 wrote, -1, is validated by 4.2 too)
+            what = "topology_validated"
+        elif g.members and roll < 0.8:
+            m = g.members.pop(self.mrng.randrange(len(g.members)))
+            current.discard(m)
+            key = {"group_id": g.name, "member_id": m}
+            items += [(encode_key(ids["current"], key), None), (encode_key(ids["target"], key), None)]
+            if self.mrng.random() < 0.3:
+                g.fenced.append(m)  # left with epoch -1 until a later write removes it
+                what = "member_fenced"
+            else:
+                items.append((encode_key(ids["member"], key), None))
+                what = "member_leave"
+        else:
+            m = f"{kind}-member-{self.mrng.randrange(10**9):09d}"
+            g.members.append(m)
+            current.add(m)
+            key = {"group_id": g.name, "member_id": m}
+            items.append((encode_key(ids["member"], key), self._np_member(kind, g)))
+        g.epoch += 1
+        if kind == "streams" and g.epoch == 1:
+            g.validated = 0 if self.mrng.random() < 0.6 else -1  # Kafka 4.2 validates; 4.1 wrote -1
+        items.append(self._group_record(g, kind))
+        if kind == "streams" and g.epoch == 1:
+            items.append((encode_key(23, {"group_id": g.name}), encode_value(23, 0, self._topology(g))))
+        step = self.mrng.random()
+        if step < 0.6:
+            items += self._np_assignment(g, kind, current)
+        elif step < 0.8:  # the target is computed; some members are still at their earlier epoch
+            behind = set(self.mrng.sample(sorted(current), len(current) // 2))
+            items += self._np_assignment(g, kind, current - behind)
+            if kind == "streams" and behind:  # they are revoking tasks at their old epoch
+                g.epoch -= 1
+                items += [i for i in self._np_assignment(g, kind, behind, state=2) if self._is_current(i, ids)]
+                g.epoch += 1
+        # else: the group epoch is ahead of the target assignment until a later write
+        if kind == "share" and g.epoch == 1:
+            initialized = [
+                {"topic_id": self.topic_ids[t], "topic_name": t, "partitions": list(range(n))}
+                for t, n in sorted(g.topics.items())
+            ]
+            value = {"initializing_topics": [], "deleting_topics": [], "initialized_topics": initialized}
+            items.append((encode_key(15, {"group_id": g.name}), encode_value(15, 0, value)))
+        event = {"event": what, "group": g.name, "kind": kind, "epoch": g.epoch, "members": len(g.members)}
+        return [(self.part(g), self.now, items, {}, event)]
+
+    @staticmethod
+    def _is_current(item: tuple[bytes, bytes | None], ids: dict[str, int]) -> bool:
+        return int.from_bytes(item[0][:2], "big") == ids["current"]
 
     def _np_member(self, kind: str, g: Group) -> bytes:
         if kind == "consumer":
@@ -529,7 +607,7 @@ class Workload:
                 "client_id": "streams-app",
                 "client_host": "/10.3.0.1",
                 "rebalance_timeout_ms": 300000,
-                "topology_epoch": 0,
+                "topology_epoch": g.topology_epoch,
                 "process_id": "proc-1",
                 "user_endpoint": {"host": "app.local", "port": 8080},
                 "client_tags": [{"key": "zone", "value": "a"}],
@@ -542,13 +620,13 @@ class Workload:
             return {"active_tasks": tasks, "standby_tasks": [], "warmup_tasks": []}
         return {"topic_partitions": self._by_topic_id(tps)}
 
-    def _np_current(self, kind: str, g: Group, tps: list[tuple[str, int]]) -> dict[str, Any]:
+    def _np_current(self, kind: str, g: Group, tps: list[tuple[str, int]], state: int | None = None) -> dict[str, Any]:
         base = {"member_epoch": g.epoch, "previous_member_epoch": g.epoch - 1}
         if kind == "streams":
             tasks = [{"subtopology_id": "0", "partitions": sorted(p for _, p in tps), "assignment_epochs": None}]
             return {
                 **base,
-                "state": 1,
+                "state": 1 if state is None else state,  # 1 STABLE, 2 UNREVOKED_TASKS (spec 9.6)
                 "active_tasks": tasks if tps else [],
                 "standby_tasks": [],
                 "warmup_tasks": [],
@@ -570,27 +648,42 @@ class Workload:
         return [{"topic_id": self.topic_ids[t], "partitions": ps} for t, ps in sorted(grouped.items())]
 
     def _topology(self, g: Group) -> dict[str, Any]:
-        return {
-            "epoch": 0,
-            "subtopologies": [
+        """The application's topology at its topology epoch: an odd epoch adds a repartitioning
+        subtopology (a changed application)."""
+        subtopologies = [
+            {
+                "subtopology_id": "0",
+                "source_topics": sorted(g.topics),
+                "source_topic_regex": [],
+                "state_changelog_topics": [
+                    {"name": f"{g.name}-store-changelog", "partitions": 0, "replication_factor": 0, "topic_configs": []}
+                ],
+                "repartition_sink_topics": [f"{g.name}-by-key-repartition"] if g.topology_epoch % 2 else [],
+                "repartition_source_topics": [],
+                "copartition_groups": [],
+            }
+        ]
+        if g.topology_epoch % 2:
+            repartition = {
+                "name": f"{g.name}-by-key-repartition",
+                "partitions": 2,
+                "replication_factor": 0,
+                "topic_configs": [{"key": "cleanup.policy", "value": "delete"}],
+            }
+            subtopologies.append(
                 {
-                    "subtopology_id": "0",
-                    "source_topics": sorted(g.topics),
+                    "subtopology_id": "1",
+                    "source_topics": [],
                     "source_topic_regex": [],
-                    "state_changelog_topics": [
-                        {
-                            "name": f"{g.name}-store-changelog",
-                            "partitions": 0,
-                            "replication_factor": 0,
-                            "topic_configs": [],
-                        }
-                    ],
+                    "state_changelog_topics": [],
                     "repartition_sink_topics": [],
-                    "repartition_source_topics": [],
-                    "copartition_groups": [],
+                    "repartition_source_topics": [repartition],
+                    "copartition_groups": [
+                        {"source_topics": [], "source_topic_regex": [], "repartition_source_topics": [0]}
+                    ],
                 }
-            ],
-        }
+            )
+        return {"epoch": g.topology_epoch, "subtopologies": subtopologies}
 
     def delete_new_protocol_group(self, g: Group, era: Era, kind: str) -> list:
         """Deletion order of spec 12.3: current, target, target meta, members, regex, (4), meta."""
@@ -602,7 +695,8 @@ class Workload:
         for t in ("current", "target"):
             items += [(encode_key(ids[t], {"group_id": g.name, "member_id": m}), None) for m in g.members]
         items.append((encode_key(ids["tmeta"], {"group_id": g.name}), None))
-        items += [(encode_key(ids["member"], {"group_id": g.name, "member_id": m}), None) for m in g.members]
+        members = g.members + g.fenced  # fenced members: their current and target are gone already
+        items += [(encode_key(ids["member"], {"group_id": g.name, "member_id": m}), None) for m in members]
         if kind == "consumer":
             if g.regex:
                 items.append((encode_key(16, {"group_id": g.name, "regular_expression": g.regex}), None))

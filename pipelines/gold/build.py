@@ -56,7 +56,8 @@ __all__ = ["GOLD_TABLES", "GoldResult", "run_gold"]
 log = logging.getLogger("offsets_lakehouse")
 
 # the tables the replay writes, each a struct column of its output (and of the state it reads)
-CURRENT = ("current_offsets", "pending_transactions", "current_groups", "consumer_group_members")
+CURRENT = ("current_offsets", "pending_transactions", "current_groups", "consumer_group_members",
+           "share_group_members", "streams_group_members", "streams_group_topologies")  # fmt: skip
 # interval tables: a run rewrites only a partition's open intervals -> (table, end column)
 INTERVALS = {"offset_history": "valid_to_offset", "group_generations": "ended_offset"}
 # their third partition column: true for open intervals (the end column null)
@@ -65,6 +66,7 @@ GOLD_TABLES = (*CURRENT, *INTERVALS)
 MEMBERS = "consumer_group_members"
 # its assignments name topics by id; gold fills in the names silver.topic_ids knows when it writes
 NAMED_ARRAYS = ("target_partitions", "assigned_partitions", "partitions_pending_revocation")
+NAMED = {MEMBERS: NAMED_ARRAYS, "share_group_members": ("target_partitions", "assigned_partitions")}
 PROGRESS = "struct<applied_offset:bigint,events:bigint,log_now:bigint,purged:bigint>"
 
 
@@ -222,6 +224,9 @@ def _replay_function(
             history=persisted("offset_history"),
             generations=persisted("group_generations"),
             members=persisted(MEMBERS),
+            share_members=persisted("share_group_members"),
+            streams_members=persisted("streams_group_members"),
+            topologies=persisted("streams_group_topologies"),
             applied_offset=applied,
         )
         out = PartitionReplay(inp, run_id, retention_ms, soft_delete_ms).run()
@@ -363,7 +368,7 @@ def _writes(plan: Plan, changed: dict[tuple[str, str], list[Pair]], nonempty: di
 def _write(spark: SparkSession, tables: Tables, out: DataFrame, writes: dict[str, list[_Write]]) -> None:
     """Run the commits: the tables in parallel, a table's own commits in order; a table no
     partition changed is not written."""
-    names = topic_names(spark, tables).persist() if MEMBERS in writes else None
+    names = topic_names(spark, tables).persist() if any(t in writes for t in NAMED) else None
 
     def write(table: str) -> None:
         ddl = tables.spec("gold", table).ddl_columns()
@@ -382,8 +387,8 @@ def _write(spark: SparkSession, tables: Tables, out: DataFrame, writes: dict[str
                 cond = cond | c
             blobs = out.where((F.col("table") == table) & F.col("changed") & cond)
             rows = blobs.select("data").mapInArrow(_unpack, ddl)
-            if table == MEMBERS and names is not None:
-                rows = fill_topic_names(rows, list(NAMED_ARRAYS), names)
+            if table in NAMED and names is not None:
+                rows = fill_topic_names(rows, list(NAMED[table]), names)
             if w.mode == "append":
                 lake.append(rows, path)
             else:
@@ -397,16 +402,19 @@ def _write(spark: SparkSession, tables: Tables, out: DataFrame, writes: dict[str
 
 
 def _refresh_names(spark: SparkSession, tables: Tables) -> bool:
-    """silver learnt topic ids: fill the names into consumer_group_members' assignments (every
-    partition; a small table, rewritten only where a name changed). True when it wrote."""
-    path = tables.path("gold", MEMBERS)
-    rows = lake.read(spark, path)
-    if rows is None:
-        return False
-    named = fill_topic_names(rows, list(NAMED_ARRAYS), topic_names(spark, tables))
-    key = ("cluster", "offsets_partition", "group_id", "member_id")
-    columns = [c.name for c in tables.spec("gold", MEMBERS).columns if c.name != "updated_run_id"]
-    return lake.replace_if_changed(spark, path, named, "true", key, columns)[0]
+    """silver learnt topic ids: fill the names into the member tables' assignments (every
+    partition; small tables, rewritten only where a name changed). True when it wrote."""
+    wrote = False
+    for table, arrays in NAMED.items():
+        path = tables.path("gold", table)
+        rows = lake.read(spark, path)
+        if rows is None:
+            continue
+        named = fill_topic_names(rows, list(arrays), topic_names(spark, tables))
+        key = ("cluster", "offsets_partition", "group_id", "member_id")
+        columns = [c.name for c in tables.spec("gold", table).columns if c.name != "updated_run_id"]
+        wrote = lake.replace_if_changed(spark, path, named, "true", key, columns)[0] or wrote
+    return wrote
 
 
 def _rebuild_if_outdated(spark: SparkSession, tables: Tables) -> bool:

@@ -36,7 +36,6 @@ The rules, per batch (the unit the coordinator writes atomically):
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +43,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipelines.gold import modern as M
+from pipelines.gold.handles import Values, concat, concat_all, renamed, rows, set_column
 from pipelines.runtime.ddl import arrow_type
 
 __all__ = [
@@ -64,17 +65,21 @@ COMMIT = "commit"
 OFFSET_TOMBSTONE = "offset_tombstone"
 GROUP = "group"  # classic group metadata (type 2)
 GROUP_TOMBSTONE = "group_tombstone"
-NEW_GROUP = "consumer_group"  # types 3, 6, 11, 17: group epoch or target assignment epoch
+# group-level records of the new protocols: group epoch (3, 11, 17), target assignment epoch (6, 12,
+# 20), streams topology (23)
+NEW_GROUP = "consumer_group"
 NEW_GROUP_TOMBSTONE = "consumer_group_tombstone"
 MARKER = "marker"
-MEMBER = "member"  # KIP-848 member records 5, 7, 8
+MEMBER = "member"  # member records: KIP-848 5, 7, 8; share 10, 13, 14; streams 19, 21, 22
 MEMBER_TOMBSTONE = "member_tombstone"
 EVENT_KINDS = (COMMIT, OFFSET_TOMBSTONE, GROUP, GROUP_TOMBSTONE, NEW_GROUP, NEW_GROUP_TOMBSTONE, MARKER, MEMBER,
                MEMBER_TOMBSTONE)  # fmt: skip
 
 # group record type -> the group type listGroups reports (current_groups.protocol)
 GROUP_PROTOCOLS = {2: "classic", 3: "consumer", 11: "share", 17: "streams"}
-TARGET_ASSIGNMENT = 6
+# target assignment metadata record type -> its group's metadata record type
+TARGET_ASSIGNMENT = {6: 3, 12: 11, 20: 17}
+TOPOLOGY = 23
 COMMIT_MARKER = 1
 MEMBER_SLOTS = {5: 0, 7: 1, 8: 2}
 
@@ -85,9 +90,11 @@ RECORD = ("value_version", "record_offset", "record_timestamp")
 GROUP_ROW = (
     "protocol_type", "generation", "assignor", "leader", "current_state_timestamp", "member_count",
     "assignment_epoch", "exists_because", "value_version", "record_offset", "deleted", "delete_cause",
+    "topology_epoch", "validated_topology_epoch",
 )  # fmt: skip
+NO_TOPOLOGY = (None, None)  # GROUP_ROW's streams fields of any other group
 # the current_groups row of an offsets-only group
-SIMPLE_ROW = ("", None, None, None, None, None, None, "offsets", None, None, False, None)
+SIMPLE_ROW = ("", None, None, None, None, None, None, "offsets", None, None, False, None, *NO_TOPOLOGY)
 GENERATION_LAST = ("protocol_type", "assignor", "leader", "member_count", "last_record_offset", "members")
 MEMBER_COLUMNS = (
     ("instance_id", "rack_id", "client_id", "client_host", "subscribed_topic_names", "subscribed_topic_regex",
@@ -123,6 +130,15 @@ EVENT_COLUMNS = (
     ("target_partitions", "array<struct<topic_id:string,topic:string,partitions:array<int>>>"),
     ("member_epoch", "int"), ("previous_member_epoch", "int"), ("state", "tinyint"),
     ("assigned_partitions", _ASSIGNED), ("partitions_pending_revocation", _ASSIGNED),
+    # the new protocols' target assignment epoch (6, 12, 20); streams group metadata (17)
+    ("assignment_epoch", "int"), ("validated_topology_epoch", "int"),
+    # streams members: metadata (19), target (21) and current (22) assignment; the topology (23)
+    ("topology_epoch", "int"), ("process_id", "string"), ("user_endpoint", "struct<host:string,port:int>"),
+    ("client_tags", "array<struct<key:string,value:string>>"),
+    *((name, M.TASKS) for name in ("active_tasks", "standby_tasks", "warmup_tasks", "active_tasks_pending_revocation",
+                                   "standby_tasks_pending_revocation", "warmup_tasks_pending_revocation")),
+    *((name, M.TARGET_TASKS) for name in ("target_active_tasks", "target_standby_tasks", "target_warmup_tasks")),
+    ("topology", M.TOPOLOGY),
 )  # fmt: skip
 
 
@@ -144,6 +160,9 @@ class PartitionInput:
     history: pa.Table | None = None  # offset_history rows with valid_to_offset null
     generations: pa.Table | None = None  # group_generations rows with ended_offset null
     members: pa.Table | None = None  # consumer_group_members
+    share_members: pa.Table | None = None  # share_group_members
+    streams_members: pa.Table | None = None  # streams_group_members
+    topologies: pa.Table | None = None  # streams_group_topologies
     applied_offset: int | None = None
 
 
@@ -156,40 +175,6 @@ class PartitionOutput:
     purged: int = 0
     # per table: whether this run changed any of the partition's rows (unchanged: nothing to write)
     changed: dict[str, bool] = field(default_factory=dict)
-
-
-class _Values:
-    """Rows that carry values, indexed by handle: the persisted rows first, then the events."""
-
-    def __init__(self, parts: Sequence[pa.Table | None], columns: Sequence[str]) -> None:
-        self.columns = tuple(columns)
-        tables = [t.select(list(self.columns)) for t in parts if t is not None and t.num_rows]
-        schema = tables[0].schema if tables else None
-        self.table = pa.concat_tables([t.cast(schema) for t in tables]) if tables else None
-        self.starts: list[int] = []
-        n = 0
-        for t in parts:
-            self.starts.append(n)
-            n += 0 if t is None else t.num_rows
-
-    def column(self, name: str) -> list[Any]:
-        return [] if self.table is None else self.table.column(name).to_pylist()
-
-    def take(self, handles: list[int | None], names: Sequence[str] | None = None) -> list[pa.ChunkedArray]:
-        idx = pa.array(handles, pa.int64())
-        return [self.table.column(n).take(idx) for n in (names or self.columns)]  # type: ignore[union-attr]
-
-
-def _renamed(table: pa.Table | None, names: dict[str, str]) -> pa.Table | None:
-    if table is None:
-        return None
-    return table.rename_columns([names.get(c, c) for c in table.column_names])
-
-
-def _rows(table: pa.Table | None, columns: Sequence[str]) -> list[tuple]:
-    if table is None or not table.num_rows:
-        return []
-    return list(zip(*(table.column(c).to_pylist() for c in columns), strict=True))
 
 
 class PartitionReplay:
@@ -210,22 +195,30 @@ class PartitionReplay:
         ev = inp.events
         # offsets: handles into the persisted offsets, the persisted pending offsets, then the events
         ev_values = ev.append_column("record_timestamp", ev.column("timestamp_ms"))
-        self.values = _Values([inp.offsets, inp.pending, ev_values], (*KEY, *LAST_VALUE, *RECORD))
+        self.values = Values([inp.offsets, inp.pending, ev_values], (*KEY, *LAST_VALUE, *RECORD))
         self.v_record_offset = self.values.column("record_offset")
         self.v_version = self.values.column("value_version")
         self.v_expire = self.values.column("expire_timestamp")
         self.v_commit_ts = self.values.column("commit_timestamp")
         self.ev0 = self.values.starts[2]
         # group generations: the fields of a generation's last record
-        ev_gen = _renamed(ev, {"record_offset": "last_record_offset"})
-        self.gen_values = _Values([inp.generations, ev_gen], GENERATION_LAST)
+        ev_gen = renamed(ev, {"record_offset": "last_record_offset"})
+        self.gen_values = Values([inp.generations, ev_gen], GENERATION_LAST)
         self.gen_ev0 = self.gen_values.starts[1]
         # KIP-848 members: one value table per record type
         ev_members = ev.append_column("record_offset_5", ev.column("record_offset"))
         ev_members = ev_members.append_column("record_offset_7", ev.column("record_offset"))
         ev_members = ev_members.append_column("record_offset_8", ev.column("record_offset"))
-        self.member_values = [_Values([inp.members, ev_members], cols) for cols in MEMBER_COLUMNS]
+        self.member_values = [Values([inp.members, ev_members], cols) for cols in MEMBER_COLUMNS]
         self.mem_ev0 = self.member_values[0].starts[1]
+        # share and streams members, streams topologies (pipelines/gold/modern.py)
+        types = dict(EVENT_COLUMNS)
+        self.families = {
+            M.SHARE.table: M.FamilyMembers(M.SHARE, inp.share_members, ev, types),
+            M.STREAMS.table: M.FamilyMembers(M.STREAMS, inp.streams_members, ev, types),
+        }
+        self.family_of = {t: self.families[f.table] for f in M.FAMILIES for t in f.types}
+        self.topologies = M.Topologies(inp.topologies, ev)
 
         # -- the state ---------------------------------------------------------------------------
         self.live: dict[tuple, int] = {}  # key -> handle of its committed value
@@ -235,8 +228,10 @@ class PartitionReplay:
         self.pending: dict[int, dict[tuple, int]] = {}  # producer id -> key -> handle
         self.pending_count: dict[str, int] = {}  # group -> waiting keys
         self.classic: dict[str, tuple] = {}  # group -> its record: GROUP_ROW[:7] + (value_version, record_offset)
-        self.new_groups: dict[tuple[int, str], tuple] = {}  # (type, group) -> (epoch, value_version, record_offset)
-        self.assignment_epoch: dict[str, int] = {}  # consumer group -> target assignment epoch (type 6)
+        # (type, group) -> (epoch, value_version, record_offset, validated topology epoch (streams))
+        self.new_groups: dict[tuple[int, str], tuple] = {}
+        self.assignment_epoch: dict[tuple[int, str], int] = {}  # (group type, group) -> target assignment epoch
+        self.topology_epoch: dict[str, int] = {}  # streams group -> epoch of its topology record
         self.simple: set[str] = set()  # offsets-only groups
         self.generation: dict[str, list] = {}  # group -> open generation (see _generation_row)
         self.member_slots: dict[tuple[str, str], list[int | None]] = {}  # (group, member) -> handles of 5, 7, 8
@@ -255,7 +250,7 @@ class PartitionReplay:
     def _restore(self) -> None:
         inp = self.inp
         cols = (*KEY, "deleted", "deleted_offset", "deleted_timestamp", "delete_cause")
-        for h, (g, t, p, deleted, d_off, d_ts, cause) in enumerate(_rows(inp.offsets, cols)):
+        for h, (g, t, p, deleted, d_off, d_ts, cause) in enumerate(rows(inp.offsets, cols)):
             key = (g, t, p)
             self.key_handle[key] = h
             if deleted:
@@ -263,12 +258,12 @@ class PartitionReplay:
             else:
                 self._set_live(key, h)
         base = self.values.starts[1]
-        for i, (pid, g, t, p) in enumerate(_rows(inp.pending, ("producer_id", *KEY))):
+        for i, (pid, g, t, p) in enumerate(rows(inp.pending, ("producer_id", *KEY))):
             self.pending.setdefault(pid, {})[(g, t, p)] = base + i
             self.key_handle.setdefault((g, t, p), base + i)
             self.pending_count[g] = self.pending_count.get(g, 0) + 1
         self.restored_groups: dict[tuple[str, str], int] = {}
-        for i, row in enumerate(_rows(inp.groups, ("protocol", "group_id", *GROUP_ROW))):
+        for i, row in enumerate(rows(inp.groups, ("protocol", "group_id", *GROUP_ROW))):
             protocol, g, *rest = row
             self.restored_groups[(protocol, g)] = i
             if rest[10]:  # deleted
@@ -279,17 +274,21 @@ class PartitionReplay:
                 self.classic[g] = (*rest[:7], rest[8], rest[9])
             else:
                 rtype = {v: k for k, v in GROUP_PROTOCOLS.items()}[protocol]
-                self.new_groups[(rtype, g)] = (rest[1], rest[8], rest[9])
+                self.new_groups[(rtype, g)] = (rest[1], rest[8], rest[9], rest[13])
                 if rest[6] is not None:
-                    self.assignment_epoch[g] = rest[6]
+                    self.assignment_epoch[(rtype, g)] = rest[6]
+                if rest[12] is not None:
+                    self.topology_epoch[g] = rest[12]
+        for g, epoch in self.topologies.restored_epochs().items():
+            self.topology_epoch.setdefault(g, epoch)
         self.restored_generations: dict[str, int] = {}
         gen_cols = ("group_id", "generation", "started_offset", "started_timestamp", "records")
-        for i, (g, gen, start, start_ts, records) in enumerate(_rows(inp.generations, gen_cols)):
+        for i, (g, gen, start, start_ts, records) in enumerate(rows(inp.generations, gen_cols)):
             self.restored_generations[g] = i
             self.generation[g] = [gen, start, start_ts, records, i]
         self.restored_members: dict[tuple[str, str], int] = {}
         for i, (g, m, r5, r7, r8) in enumerate(
-            _rows(inp.members, ("group_id", "member_id", "record_offset_5", "record_offset_7", "record_offset_8"))
+            rows(inp.members, ("group_id", "member_id", "record_offset_5", "record_offset_7", "record_offset_8"))
         ):
             self.restored_members[(g, m)] = i
             self.member_slots[(g, m)] = [None if r is None else i for r in (r5, r7, r8)]
@@ -325,7 +324,7 @@ class PartitionReplay:
         out: dict[str, tuple | None] = {}
         rec = self.classic.get(g)
         if rec is not None:
-            out["classic"] = (*rec[:7], "metadata", rec[7], rec[8], False, None)
+            out["classic"] = (*rec[:7], "metadata", rec[7], rec[8], False, None, *NO_TOPOLOGY)
         elif g in self.simple:
             out["classic"] = SIMPLE_ROW
         else:
@@ -336,8 +335,10 @@ class PartitionReplay:
             if rec is None:
                 out[protocol] = None
                 continue
-            target = self.assignment_epoch.get(g) if rtype == 3 else None
-            out[protocol] = (protocol, rec[0], None, None, None, None, target, "metadata", rec[1], rec[2], False, None)
+            target = self.assignment_epoch.get((rtype, g))
+            topology = (self.topology_epoch.get(g), rec[3]) if rtype == 17 else NO_TOPOLOGY
+            out[protocol] = (protocol, rec[0], None, None, None, None, target, "metadata", rec[1], rec[2], False, None,
+                             *topology)  # fmt: skip
         return out
 
     # -- the replay ----------------------------------------------------------------------------------
@@ -490,15 +491,26 @@ class PartitionReplay:
                 self._generation_event(c, k, g, kind == GROUP_TOMBSTONE)
             elif kind in (NEW_GROUP, NEW_GROUP_TOMBSTONE):
                 g, rtype = groups[k], rtypes[k]
-                if rtype == TARGET_ASSIGNMENT:
+                if rtype in TARGET_ASSIGNMENT:
                     if kind == NEW_GROUP:
-                        self.assignment_epoch[g] = c["generation"][k]
+                        self.assignment_epoch[(TARGET_ASSIGNMENT[rtype], g)] = c["assignment_epoch"][k]
                     else:
-                        self.assignment_epoch.pop(g, None)
+                        self.assignment_epoch.pop((TARGET_ASSIGNMENT[rtype], g), None)
+                elif rtype == TOPOLOGY:
+                    epoch = self.topologies.apply(g, k, kind == NEW_GROUP_TOMBSTONE)
+                    if epoch is None:
+                        self.topology_epoch.pop(g, None)
+                    else:
+                        self.topology_epoch[g] = epoch
                 elif kind == NEW_GROUP:
-                    self.new_groups[(rtype, g)] = (c["generation"][k], c["value_version"][k], c["record_offset"][k])
+                    self.new_groups[(rtype, g)] = (c["generation"][k], c["value_version"][k], c["record_offset"][k],
+                                                   c["validated_topology_epoch"][k])  # fmt: skip
                 else:
                     self.new_groups.pop((rtype, g), None)
+            elif kind in (MEMBER, MEMBER_TOMBSTONE) and rtypes[k] in self.family_of:
+                self.family_of[rtypes[k]].apply(
+                    rtypes[k], groups[k], c["member_id"][k], k, c["record_offset"][k], kind == MEMBER_TOMBSTONE
+                )
             elif kind in (MEMBER, MEMBER_TOMBSTONE):
                 mkey = (groups[k], c["member_id"][k])
                 slots = self.member_slots.get(mkey)
@@ -571,7 +583,7 @@ class PartitionReplay:
         else:
             cause = gone.get(g) or causes.get(g, "group_deletion")
         was = before[7] if before else None
-        return (None,) * 7 + (was, None, None, True, cause)
+        return (None,) * 7 + (was, None, None, True, cause, *NO_TOPOLOGY)
 
     def _generation_event(self, c: dict[str, list], k: int, g: str, tombstone: bool) -> None:
         """Classic generations: a record continues the open generation when it carries the same
@@ -600,6 +612,8 @@ class PartitionReplay:
             "offset_history": self._history_table(),
             "group_generations": self._generations_table(),
             "consumer_group_members": self._members_table(),
+            **{table: fam.table(self.run_id) for table, fam in self.families.items()},
+            "streams_group_topologies": self.topologies.table(self.run_id),
         }
         return PartitionOutput(
             tables,
@@ -612,6 +626,8 @@ class PartitionReplay:
                 "pending_transactions": self.pending_changed,
                 "current_groups": bool(self.changed_groups),
                 "consumer_group_members": bool(self.changed_members),
+                **{table: bool(fam.changed) for table, fam in self.families.items()},
+                "streams_group_topologies": bool(self.topologies.latest),
                 "offset_history": bool(self.history),
                 "group_generations": bool(self.touched_generations),
             },
@@ -663,11 +679,11 @@ class PartitionReplay:
                 "updated_run_id": pa.array([self.run_id] * len(changed), pa.string()),
             },
         )
-        return _concat(self.inp.offsets, keep, built)
+        return concat(self.inp.offsets, keep, built)
 
     def _restored_keys(self) -> list[tuple[tuple, int]]:
         t = self.inp.offsets
-        return [] if t is None else [(k, h) for h, k in enumerate(_rows(t, KEY))]
+        return [] if t is None else [(k, h) for h, k in enumerate(rows(t, KEY))]
 
     def _pending_table(self) -> pa.Table:
         entries = [(pid, key, h) for pid, pend in sorted(self.pending.items()) for key, h in sorted(pend.items())]
@@ -687,12 +703,13 @@ class PartitionReplay:
         }
         types = {"generation": pa.int32(), "current_state_timestamp": pa.int64(), "member_count": pa.int32(),
                  "assignment_epoch": pa.int32(), "value_version": pa.int32(), "record_offset": pa.int64(),
-                 "deleted": pa.bool_()}  # fmt: skip
+                 "deleted": pa.bool_(), "topology_epoch": pa.int32(),
+                 "validated_topology_epoch": pa.int32()}  # fmt: skip
         for i, name in enumerate(GROUP_ROW):
             columns[name] = pa.array([r[i] for r in rows], types.get(name, pa.string()))
         columns["state_offset"] = pa.array([at for _, (at, _) in changed], pa.int64())
         columns["updated_run_id"] = pa.array([self.run_id] * len(changed), pa.string())
-        return _concat(self.inp.groups, keep, pa.table(columns))
+        return concat(self.inp.groups, keep, pa.table(columns))
 
     def _history_table(self) -> pa.Table:
         """Intervals this run closed and every interval open now (see the module docstring)."""
@@ -717,7 +734,7 @@ class PartitionReplay:
         keep, close, close_to = [], [], []
         hist = self.inp.history
         if hist is not None and hist.num_rows:
-            for i, key in enumerate(_rows(hist, KEY)):
+            for i, key in enumerate(rows(hist, KEY)):
                 changes = self.history.get(key)
                 if changes is None:
                     keep.append(i)
@@ -745,11 +762,11 @@ class PartitionReplay:
         if hist is not None and hist.num_rows:
             parts.insert(0, hist.take(pa.array(keep, pa.int64())))
             closed = hist.take(pa.array(close, pa.int64()))
-            closed = _set(closed, "valid_to_offset", pa.array([t[0] for t in close_to], pa.int64()))
-            closed = _set(closed, "valid_to_timestamp", pa.array([t[1] for t in close_to], pa.int64()))
-            closed = _set(closed, "updated_run_id", pa.array([self.run_id] * len(close), pa.string()))
+            closed = set_column(closed, "valid_to_offset", pa.array([t[0] for t in close_to], pa.int64()))
+            closed = set_column(closed, "valid_to_timestamp", pa.array([t[1] for t in close_to], pa.int64()))
+            closed = set_column(closed, "updated_run_id", pa.array([self.run_id] * len(close), pa.string()))
             parts.insert(1, closed)
-        return _concat_all(parts, built.schema)
+        return concat_all(parts, built.schema)
 
     def _generations_table(self) -> pa.Table:
         keep = [i for g, i in self.restored_generations.items() if g not in self.touched_generations]
@@ -773,7 +790,7 @@ class PartitionReplay:
                 "updated_run_id": pa.array([self.run_id] * len(rows), pa.string()),
             },
         )
-        return _concat(self.inp.generations, keep, built)
+        return concat(self.inp.generations, keep, built)
 
     def _members_table(self) -> pa.Table:
         keep = [i for m, i in self.restored_members.items() if m not in self.changed_members]
@@ -786,30 +803,12 @@ class PartitionReplay:
             handles = [self.member_slots[m][slot] for m in live]
             columns.update(zip(values.columns, values.take(handles), strict=True))
         columns["updated_run_id"] = pa.array([self.run_id] * len(live), pa.string())
-        return _concat(self.inp.members, keep, pa.table(columns))
+        return concat(self.inp.members, keep, pa.table(columns))
 
 
 _EVENT_FIELDS = (
     "kind", "record_offset", "batch_id", "timestamp_ms", "producer_id", "transactional", "record_type",
     "value_version", "group_id", "topic", "partition", "generation", "protocol_type", "assignor", "leader",
-    "current_state_timestamp", "member_count", "control_type_id", "member_id",
+    "current_state_timestamp", "member_count", "control_type_id", "member_id", "assignment_epoch",
+    "validated_topology_epoch",
 )  # fmt: skip
-
-
-def _set(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
-    return table.set_column(table.schema.get_field_index(name), name, values)
-
-
-def _concat(restored: pa.Table | None, keep: list[int], built: pa.Table) -> pa.Table:
-    """The restored rows kept unchanged, then the rows this run built, in the built columns."""
-    if restored is None or not restored.num_rows:
-        return built
-    return _concat_all([restored.take(pa.array(keep, pa.int64())), built], built.schema)
-
-
-def _concat_all(parts: list[pa.Table], schema: pa.Schema) -> pa.Table:
-    out = []
-    for t in parts:
-        t = t.select(schema.names)
-        out.append(t.cast(schema) if t.schema != schema else t)
-    return pa.concat_tables(out)

@@ -88,19 +88,42 @@ class Source:
 
 
 # tombstones of every record type gold replays, by type: offsets, classic groups, the group and
-# target assignment epochs of the new protocols, KIP-848 members
+# target assignment epochs of the new protocols, the streams topology, their members
 _TOMBSTONE_KIND = {
     0: E.OFFSET_TOMBSTONE,
     1: E.OFFSET_TOMBSTONE,
     2: E.GROUP_TOMBSTONE,
-    3: E.NEW_GROUP_TOMBSTONE,
-    6: E.NEW_GROUP_TOMBSTONE,
-    11: E.NEW_GROUP_TOMBSTONE,
-    17: E.NEW_GROUP_TOMBSTONE,
-    5: E.MEMBER_TOMBSTONE,
-    7: E.MEMBER_TOMBSTONE,
-    8: E.MEMBER_TOMBSTONE,
+    **dict.fromkeys((3, 6, 11, 12, 17, 20, 23), E.NEW_GROUP_TOMBSTONE),
+    **dict.fromkeys((5, 7, 8, 10, 13, 14, 19, 21, 22), E.MEMBER_TOMBSTONE),
 }
+# share-group records (10 member metadata, 11 group epoch, 12 target assignment epoch, 13 target and
+# 14 current assignment of a member) and streams-group records (17 group epoch, 19 member metadata,
+# 20 target assignment epoch, 21/22 target/current tasks of a member, 23 topology): one row each,
+# the value in the struct column named for its type (null in the other rows)
+_SHARE_KIND = {10: E.MEMBER, 11: E.NEW_GROUP, 12: E.NEW_GROUP, 13: E.MEMBER, 14: E.MEMBER}
+_SHARE_FIELDS = {
+    "generation": "metadata.epoch",
+    "assignment_epoch": "target_assignment_metadata.assignment_epoch",
+    **{f: f"member_metadata.{f}" for f in ("rack_id", "client_id", "client_host", "subscribed_topic_names")},
+    "target_partitions": "target_assignment_member.topic_partitions",
+    **{f: f"current_member_assignment.{f}" for f in ("member_epoch", "previous_member_epoch", "state",
+                                                      "assigned_partitions")},
+}  # fmt: skip
+_STREAMS_KIND = {17: E.NEW_GROUP, 19: E.MEMBER, 20: E.NEW_GROUP, 21: E.MEMBER, 22: E.MEMBER, 23: E.NEW_GROUP}
+_STREAMS_TASKS = ("active_tasks", "standby_tasks", "warmup_tasks")
+_STREAMS_FIELDS = {
+    "generation": "metadata.epoch",
+    "validated_topology_epoch": "metadata.validated_topology_epoch",
+    "assignment_epoch": "target_assignment_metadata.assignment_epoch",
+    **{f: f"member_metadata.{f}" for f in ("instance_id", "rack_id", "client_id", "client_host",
+                                          "rebalance_timeout_ms", "topology_epoch", "process_id", "user_endpoint",
+                                          "client_tags")},
+    **{f"target_{t}": f"target_assignment_member.{t}" for t in _STREAMS_TASKS},
+    **{f: f"current_member_assignment.{f}" for f in ("member_epoch", "previous_member_epoch", "state",
+                                                      *_STREAMS_TASKS, *(f"{t}_pending_revocation" for t in
+                                                                         _STREAMS_TASKS))},
+    "topology": "topology",
+}  # fmt: skip
 
 SOURCES = (
     Source("offset_commits", E.COMMIT, _COMMIT),
@@ -112,9 +135,26 @@ SOURCES = (
     ),
     Source("group_metadata", E.GROUP, _CLASSIC, {"assignor": "protocol", "leader": "leader"}),
     Source("consumer_group_metadata", E.NEW_GROUP, ("group_id",), {"generation": "epoch"}),
-    Source("consumer_group_target_assignment_metadata", E.NEW_GROUP, ("group_id",), {"generation": "assignment_epoch"}),
-    Source("share_group_records", E.NEW_GROUP, ("group_id",), {"generation": "metadata.epoch"}, present="metadata"),
-    Source("streams_group_records", E.NEW_GROUP, ("group_id",), {"generation": "metadata.epoch"}, present="metadata"),
+    Source(
+        "consumer_group_target_assignment_metadata",
+        E.NEW_GROUP,
+        ("group_id",),
+        {"assignment_epoch": "assignment_epoch"},
+    ),
+    Source(
+        "share_group_records",
+        _SHARE_KIND,
+        ("group_id", "member_id"),
+        _SHARE_FIELDS,
+        only=("record_type", tuple(_SHARE_KIND)),
+    ),
+    Source(
+        "streams_group_records",
+        _STREAMS_KIND,
+        ("group_id", "member_id"),
+        _STREAMS_FIELDS,
+        only=("record_type", tuple(_STREAMS_KIND)),
+    ),
     Source("transaction_markers", E.MARKER, ("control_type_id",), only=("control_type_id", (0, 1)), typed=False),
     Source("consumer_group_member_metadata", E.MEMBER, _MEMBER_5),
     Source(

@@ -10,7 +10,11 @@ within one partition records are applied in offset order:
 * transactional commits stay pending per (partition, producer id) until a control
   record of the same producer id: COMMIT applies each pending offset only if its record
   offset is later than the committed one's, ABORT discards them;
-* every other record type: latest value per key, tombstone deletes.
+* every other record type: latest value per key, tombstone deletes;
+* share and streams group members follow Kafka 4.2's coordinator rather than latest-value-per-key:
+  a member metadata (10 / 19) or current assignment (14 / 22) record creates the member; a
+  current assignment tombstone leaves it with member epochs -1 and nothing assigned (its state
+  kept); only a member metadata tombstone removes it; tombstones of unknown members are ignored.
 
 Deleted offsets are remembered with the position of the tombstone and an inferred
 cause: ``group_deletion`` (a group tombstone for the same group in the same batch),
@@ -43,8 +47,18 @@ GROUP_TOMBSTONE_TYPES = (2, 3, 11, 17)  # classic, consumer, share, streams grou
 GROUP_TYPES = {2: "classic", 3: "consumer", 11: "share", 17: "streams"}
 # consumer-group member records (spec 12.7): member metadata and current assignment make a member
 CONSUMER_MEMBER_TYPES = (5, 8)
-SHARE_MEMBER_TYPE = 10
 STABLE_MEMBER = 0  # ConsumerGroupCurrentMemberAssignmentValue.State
+STREAMS_STABLE_MEMBER = 1  # StreamsGroupCurrentMemberAssignmentValue.State (spec 9.6)
+# share and streams groups: metadata type -> (member metadata, target, current assignment) types
+MEMBER_FAMILIES = {11: (10, 13, 14), 17: (19, 21, 22)}
+TARGET_EPOCH_TYPES = {3: 6, 11: 12, 17: 20}  # group metadata type -> target assignment metadata type
+STREAMS_TOPOLOGY = 23
+_STREAMS_TASKS = ("active_tasks", "standby_tasks", "warmup_tasks")
+# what a current assignment tombstone empties
+EMPTIED = {
+    11: ("assigned_partitions",),
+    17: (*_STREAMS_TASKS, *(f"{t}_pending_revocation" for t in _STREAMS_TASKS)),
+}
 DEFAULT_RETENTION_MS = 7 * 24 * 3600 * 1000
 
 
@@ -101,6 +115,9 @@ class ReplayState:
     deleted_simple_groups: dict[str, Deleted] = field(default_factory=dict)
     # group -> its live offset keys: whether a group still has offsets, without a scan
     group_offsets: dict[str, set[tuple[str, str, int]]] = field(default_factory=dict)
+    # share and streams members as the coordinator holds them: (group metadata type, group, member)
+    # -> {"metadata": value or None, "current": value or None}
+    members: dict[tuple[int, str, str], dict[str, Any]] = field(default_factory=dict)
 
     def set_offset(self, okey: tuple[str, str, int], entry: Committed) -> None:
         self.offsets[okey] = entry
@@ -188,11 +205,29 @@ class Replay:
         if e.record_type in OFFSET_TYPES:
             self._offset(e, group_tombstones)
             return
+        for family, (metadata, _, current) in MEMBER_FAMILIES.items():
+            if e.record_type in (metadata, current):
+                self._member(e, family, "metadata" if e.record_type == metadata else "current")
         key = (e.record_type, tuple(e.key.values()))
         if e.value is None:
             st.records.pop(key, None)
         else:
             st.records[key] = (e.value, e.value_version or 0, e.partition, e.offset)
+
+    def _member(self, e: Entry, family: int, part: str) -> None:
+        """A share/streams member's metadata or current assignment record (module docstring)."""
+        members = self.state.members
+        key = (family, e.key["group_id"], e.key["member_id"])
+        member = members.get(key)
+        if e.value is not None:
+            members.setdefault(key, {"metadata": None, "current": None})[part] = e.value
+        elif member is None:
+            return  # a tombstone of a member the group does not have
+        elif part == "current":
+            left = {"member_epoch": -1, "previous_member_epoch": -1, **{f: [] for f in EMPTIED[family]}}
+            member["current"] = {**(member["current"] or {}), **left}  # the state of the last record stays
+        else:
+            del members[key]
 
     def _offset(self, e: Entry, group_tombstones: set[str]) -> None:
         st = self.state
@@ -299,8 +334,8 @@ class Replay:
             "deleted_offsets": deleted,
             "classic_groups": self.classic_groups(),
             "consumer_groups": self.new_protocol_groups(3, 5, 6, 7, 8, 16),
-            "share_groups": self.new_protocol_groups(11, 10, 12, 13, 14, None),
-            "streams_groups": self.new_protocol_groups(17, 19, 20, 21, 22, None),
+            "share_groups": self.family_groups(11),
+            "streams_groups": self.family_groups(17),
             "groups": self.listed_groups(),
             "deleted_simple_groups": [
                 {
@@ -355,12 +390,13 @@ class Replay:
     def _new_protocol_state(self, gtype: str, group: str, epoch: int) -> str | None:
         """The state the coordinator computes for a loaded group: consumer groups as
         ``ConsumerGroup`` does (Empty, Assigning, Reconciling, Stable); share groups Empty or
-        Stable; streams groups None (their state also depends on the topology's readiness)."""
+        Stable; streams groups as ``StreamsGroup`` does (Empty, NotReady, Assigning, Reconciling,
+        Stable)."""
         recs = self.state.records
         if gtype == "share":
-            return "Stable" if any(t == SHARE_MEMBER_TYPE and k[0] == group for t, k in recs) else "Empty"
-        if gtype != "consumer":
-            return None
+            return "Stable" if self._family_members(11, group) else "Empty"
+        if gtype == "streams":
+            return self._streams_state(group, epoch)
         members = {k[1] for t, k in recs if t in CONSUMER_MEMBER_TYPES and k[0] == group}
         if not members:
             return "Empty"
@@ -374,6 +410,64 @@ class Replay:
             if value.get("state", STABLE_MEMBER) != STABLE_MEMBER or value.get("member_epoch", 0) != assignment_epoch:
                 return "Reconciling"
         return "Stable"
+
+    def _family_members(self, family: int, group: str) -> dict[str, dict[str, Any]]:
+        return {m: v for (f, g, m), v in self.state.members.items() if f == family and g == group}
+
+    def _target_epoch(self, family: int, group: str) -> int | None:
+        rec = self.state.records.get((TARGET_EPOCH_TYPES[family], (group,)))
+        return rec[0]["assignment_epoch"] if rec else None
+
+    def _streams_state(self, group: str, epoch: int) -> str:
+        """Empty without members; NotReady while the topology is missing or is not the one the
+        group validated; Assigning while the group epoch is ahead of the target assignment's;
+        Reconciling while a member is not STABLE at the target epoch; else Stable."""
+        members = self._family_members(17, group)
+        if not members:
+            return "Empty"
+        meta = self.state.records[(17, (group,))][0]
+        topology = self.state.records.get((STREAMS_TOPOLOGY, (group,)))
+        if topology is None or topology[0]["epoch"] != meta.get("validated_topology_epoch", -1):
+            return "NotReady"
+        target = self._target_epoch(17, group) or 0
+        if epoch > target:
+            return "Assigning"
+        for m in members.values():
+            current = m["current"] or {}
+            if current.get("state") != STREAMS_STABLE_MEMBER or current.get("member_epoch") != target:
+                return "Reconciling"
+        return "Stable"
+
+    def family_groups(self, family: int) -> list[dict[str, Any]]:
+        """Share (11) or streams (17) groups: epochs, state and members as the coordinator holds
+        them (member metadata, the target assignment of the member id, the current assignment);
+        streams groups also their validated topology epoch and topology record."""
+        recs = self.state.records
+        gtype = GROUP_TYPES[family]
+        target_type = MEMBER_FAMILIES[family][1]
+        out = []
+        for (rtype, key), (value, _, part, _) in sorted(recs.items()):
+            if rtype != family:
+                continue
+            group = key[0]
+            members = []
+            for mid, m in sorted(self._family_members(family, group).items()):
+                target = recs.get((target_type, (group, mid)))
+                members.append({"member_id": mid, **m, "target": target[0] if target else None})
+            view: dict[str, Any] = {
+                "group": group,
+                "epoch": value["epoch"],
+                "assignment_epoch": self._target_epoch(family, group),
+                "state": self._new_protocol_state(gtype, group, value["epoch"]),
+                "offsets_partition": part,
+                "members": members,
+            }
+            if family == 17:
+                topology = recs.get((STREAMS_TOPOLOGY, (group,)))
+                view["validated_topology_epoch"] = value.get("validated_topology_epoch", -1)
+                view["topology"] = topology[0] if topology else None
+            out.append(view)
+        return out
 
     def classic_groups(self) -> list[dict[str, Any]]:
         out = []

@@ -79,6 +79,9 @@ class Harness:
         self._apps: list[StreamsInstance] = []
         # members a scenario leaves alive for the evidence snapshot (released after it): {group: members}
         self.kept: dict[str, list[Consumer]] = {}
+        # share consumers and Streams instances left alive for the evidence (not classic members:
+        # the evidence asks nothing of them, it describes their groups)
+        self.kept_alive: dict[str, ShareConsumer | StreamsInstance] = {}
 
     @property
     def bootstrap(self) -> str:
@@ -127,12 +130,25 @@ class Harness:
             self._open.remove(c)
         self.kept[group] = list(members)
 
+    def keep_alive(self, group: str, member: ShareConsumer | StreamsInstance) -> None:
+        """Leave a share consumer or a Streams instance in ``group`` until :meth:`release`."""
+        if isinstance(member, StreamsInstance):
+            self._apps.remove(member)
+        self.kept_alive[group] = member
+
     def release(self) -> None:
         for members in self.kept.values():
             for c in members:
                 with contextlib.suppress(KafkaException, RuntimeError):
                     c.close()
         self.kept.clear()
+        for member in self.kept_alive.values():
+            if isinstance(member, StreamsInstance):
+                member.kill()  # the broker stops next: no need to leave the group cleanly
+            else:
+                with contextlib.suppress(KafkaException, RuntimeError):
+                    member.close()
+        self.kept_alive.clear()
 
     def close_all(self) -> None:
         for c in list(self._open):
@@ -574,10 +590,14 @@ def explicit_offset_delete(h: Harness) -> ScenarioResult:
 
 
 def share_group(h: Harness) -> ScenarioResult:
-    """A KIP-932 share group (confluent-kafka's ShareConsumer) consuming and acknowledging."""
+    """A KIP-932 share group (confluent-kafka's ShareConsumer) consuming and acknowledging; the
+    consumer stays in the group until the evidence snapshot (not polled meanwhile: a long poll
+    interval keeps it a member)."""
     group, topic = "share-group", "share-group-t"
     h.create_topic(topic, 2)
-    sc = ShareConsumer({"bootstrap.servers": h.bootstrap, "group.id": group, "client.id": "sh1"})
+    sc = ShareConsumer(
+        {"bootstrap.servers": h.bootstrap, "group.id": group, "client.id": "sh1", "max.poll.interval.ms": 3_600_000}
+    )
     sc.subscribe([topic])
     got = 0
     produced_at = None
@@ -590,16 +610,18 @@ def share_group(h: Harness) -> ScenarioResult:
             produced_at = time.monotonic()
     sc.poll(0.5)  # acknowledges the last batch
     snap = h.snapshot([group])
-    sc.close()
     if got < 10:
+        sc.close()
         raise ScenarioError(f"the share consumer received {got} of 10 records")
+    h.keep_alive(group, sc)
     return ScenarioResult("share_group", [group], {"final": snap}, facts={"topic": topic, "received": got})
 
 
 def streams_group(h: Harness) -> ScenarioResult:
     """A KIP-1071 streams group: a Kafka Streams application (tools/kafka/StreamsApp.java,
     group.protocol=streams) runs as one instance, then two (the second gets active and standby
-    tasks), then one again, then none; a snapshot at each settled step, while the members live."""
+    tasks), then one again, then none; a snapshot at each settled step, while the members live.
+    Then a third instance joins the empty group and stays in it until the evidence snapshot."""
     app_id, source, sink = "streams-counts", "streams-in", "streams-out"
     h.create_topic(source, 2)
     h.create_topic(sink, 1)
@@ -639,11 +661,21 @@ def streams_group(h: Harness) -> ScenarioResult:
     left = settled(1, "streams-b left")
     h.stop_app(a)
     final = settled(0, "the group is empty")
+    c = h.streams_app(app_id, "streams-c", source, sink)
+    c.wait_for("STATE RUNNING")
+    settled(1, "streams-c took every task")
+    h.keep_alive(app_id, c)
     return ScenarioResult(
         "streams_group",
         [app_id],
         {"one_member": one, "two_members": two, "member_left": left, "final": final},
-        facts={"source": source, "sink": sink, "produced": produced, "clients": ["streams-a", "streams-b"]},
+        facts={
+            "source": source,
+            "sink": sink,
+            "produced": produced,
+            "clients": ["streams-a", "streams-b"],
+            "kept": "streams-c",
+        },
     )
 
 

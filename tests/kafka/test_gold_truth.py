@@ -44,16 +44,17 @@ def test_gold_equals_the_brokers_truth(lake, evidence, harness):
 
 
 def test_gold_lists_the_groups_kafka_lists(spark, lake, evidence, harness):
-    """gold.live_groups equals listGroups at the evidence — offsets-only (simple) groups and groups
-    whose members all left included — by group id, type, state and protocol type."""
+    """gold.live_groups equals listGroups at the evidence — offsets-only (simple) groups, groups
+    whose members all left, and share and streams groups included — by group id, type, state and
+    protocol type."""
     snap = evidence.snapshot
     kafka = {
         (g.group_id, g.type): (g.state, g.protocol_type)
         for g in snap.groups
-        if g.exists and g.type in ("classic", "consumer") and not g.awaiting_cleanup()
+        if g.exists and g.type in ("classic", "consumer", "share", "streams") and not g.awaiting_cleanup()
     }
     lake.tables.register_existing()  # another test may have pointed the names elsewhere
-    live = spark.table(lake.tables.name("gold", "live_groups")).where("protocol IN ('classic', 'consumer')").collect()
+    live = spark.table(lake.tables.name("gold", "live_groups")).collect()
     ours = {(r["group_id"], r["protocol"]): (r["state"], r["protocol_type"]) for r in live}
     assert ours == kafka
     because = {(r["group_id"], r["protocol"]): r["exists_because"] for r in live}
@@ -64,6 +65,7 @@ def test_gold_lists_the_groups_kafka_lists(spark, lake, evidence, harness):
     for group in facts["members_left"]:
         assert any(k[0] == group and ours[k][0] == "Empty" for k in ours), group
     assert len(kafka) >= 3 and simple, (len(kafka), simple)
+    assert {("share-group", "share"), ("streams-counts", "streams")} <= set(kafka), "kept alive for the evidence"
 
 
 # -- classic groups while their members are alive --------------------------------------------------
@@ -192,3 +194,122 @@ def test_gold_members_equal_the_brokers_description(lake, harness):
     assert {g: epochs.get(g) for g in wanted} == {
         g.group_id: g.group_epoch for g in snap.groups if g.group_id in wanted
     }
+
+
+# -- share and streams groups at the evidence, their members alive ---------------------------------
+
+
+def _tasks(tasks: Iterable[Any] | None) -> dict[str, list[int]]:
+    """{subtopology id: sorted partitions} of gold's task structs, subtopologies without one left out."""
+    return {t["subtopology_id"]: sorted(t["partitions"]) for t in tasks or [] if t["partitions"]}
+
+
+def _described_tasks(tasks: Any) -> dict[str, dict[str, list[int]]]:
+    kinds = ("active", "standby", "warmup")
+    if tasks is None:
+        return {k: {} for k in kinds}
+    return {k: {t.subtopology_id: sorted(t.partitions) for t in getattr(tasks, k) if t.partitions} for k in kinds}
+
+
+def test_share_and_streams_groups_equal_the_brokers_description(spark, lake, evidence, harness):
+    """The share consumer and a Kafka Streams instance are kept in their groups until the evidence:
+    gold's share_group_members (client id, host, member epoch, assigned and target partitions),
+    streams_group_members (client id, host, process id, instance id, member epoch, active, standby
+    and warm-up tasks owned and targeted), streams_group_topologies and the groups' epochs and
+    states in current_groups / live_groups equal describeShareGroups / describeStreamsGroups at
+    that log position."""
+    snap = evidence.snapshot
+    share, streams = snap.group("share-group"), snap.group("streams-counts")
+    assert share.exists and [m.client_id for m in share.members] == ["sh1"], "the share consumer is kept alive"
+    assert streams.exists and len(streams.members) == 1, "a Streams instance is kept alive"
+    lake.tables.register_existing()
+    groups = {
+        (r["group_id"], r["protocol"]): r
+        for r in spark.table(lake.tables.name("gold", "live_groups"))
+        .where("protocol IN ('share', 'streams')")
+        .collect()
+    }
+    for g in (share, streams):
+        row = groups[(g.group_id, g.type)]
+        assert (row["generation"], row["assignment_epoch"], row["state"]) == (
+            g.group_epoch,
+            g.target_assignment_epoch,
+            g.state,
+        ), g.group_id
+    assert groups[("streams-counts", "streams")]["topology_epoch"] == streams.topology_epoch
+
+    topic = harness.result("share_group").facts["topic"]
+    names = harness.harness.topic_names([topic])
+
+    def parts(assignment: Iterable[Any] | None) -> set[tuple[str, int]]:
+        return {(a["topic"] or names.get(a["topic_id"]), p) for a in assignment or [] for p in a["partitions"]}
+
+    rows = lake.read("gold", "share_group_members").where("group_id = 'share-group'").collect()
+    got = {
+        r["member_id"]: (r["client_id"], r["client_host"], r["member_epoch"], parts(r["assigned_partitions"]))
+        for r in rows
+        if r["record_offset_10"] is not None or r["record_offset_14"] is not None
+    }
+    want = {
+        m.member_id: (m.client_id, m.host, m.member_epoch, {(a.topic, a.partition) for a in m.assignment})
+        for m in share.members
+    }
+    assert got == want and all(w[3] for w in want.values()), (got, want)
+    targets = {r["member_id"]: parts(r["target_partitions"]) for r in rows}
+    for m in share.members:
+        if m.target_assignment is not None:
+            assert targets[m.member_id] == {(a.topic, a.partition) for a in m.target_assignment}
+
+    rows = lake.read("gold", "streams_group_members").where("group_id = 'streams-counts'").collect()
+    got = {
+        r["member_id"]: (
+            r["client_id"],
+            r["client_host"],
+            r["process_id"],
+            r["instance_id"],
+            r["member_epoch"],
+            {k: _tasks(r[f"{k}_tasks"]) for k in ("active", "standby", "warmup")},
+            {k: _tasks(r[f"target_{k}_tasks"]) for k in ("active", "standby", "warmup")},
+        )
+        for r in rows
+        if r["record_offset_19"] is not None or r["record_offset_22"] is not None
+    }
+    want = {
+        m.member_id: (
+            m.client_id,
+            m.host,
+            m.process_id,
+            m.group_instance_id,
+            m.member_epoch,
+            _described_tasks(m.tasks),
+            _described_tasks(m.target_tasks),
+        )
+        for m in streams.members
+    }
+    assert got == want, (got, want)
+    owned = sum(len(p) for m in want.values() for p in m[5]["active"].values())
+    assert owned == 4, "the kept instance owns every active task: 2 subtopologies x 2 partitions"
+
+    topology = lake.read("gold", "streams_group_topologies").where("group_id = 'streams-counts'").collect()
+    got_topology = [
+        (
+            r["subtopology_id"],
+            sorted(r["source_topics"]),
+            sorted(r["repartition_sink_topics"]),
+            sorted(t["name"] for t in r["state_changelog_topics"]),
+            sorted(t["name"] for t in r["repartition_source_topics"]),
+        )
+        for r in sorted(topology, key=lambda r: r["subtopology_id"])
+    ]
+    assert {r["topology_epoch"] for r in topology} == {streams.topology_epoch}
+    assert got_topology == [
+        (
+            s.subtopology_id,
+            s.source_topics,
+            s.repartition_sink_topics,
+            [t.name for t in s.state_changelog_topics],
+            [t.name for t in s.repartition_source_topics],
+        )
+        for s in streams.subtopologies
+    ]
+    assert len(got_topology) == 2

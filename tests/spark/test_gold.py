@@ -47,15 +47,10 @@ def expected_from(exp: dict) -> dict:
             for p in exp["pending_transactions"]
         ),
         "classic": {g["group"]: g["generation"] for g in exp["classic_groups"]},
-        # every group Kafka would list, offsets-only groups included (issue 15); gold derives no
-        # state for share and streams groups yet
+        # every group Kafka would list, offsets-only groups included (issue 15), in the state the
+        # coordinator computes (share and streams groups too, issue 14)
         "groups": {
-            (g["group"], g["type"]): (
-                g["protocol_type"],
-                g["state"] if g["type"] in ("classic", "consumer") else None,
-                g["exists_because"],
-            )
-            for g in exp["groups"]
+            (g["group"], g["type"]): (g["protocol_type"], g["state"], g["exists_because"]) for g in exp["groups"]
         },
         "simple_groups_gone": {g["group"]: g["cause"] for g in exp["deleted_simple_groups"]},
     }
@@ -270,25 +265,31 @@ def check_against_oracle(spark, tables, root: Path, names: list[str]) -> None:
     assert cmp.rows["offset_history"] >= 2_000 and cmp.rows["group_generations"] >= 100, cmp.rows
     assert cmp.rows["current_groups"] >= 15 and cmp.rows["consumer_group_members"] >= 5, cmp.rows
     assert cmp.rows["pending_transactions"] >= 5, cmp.rows
+    assert min(cmp.rows[t] for t in ("share_group_members", "streams_group_members", "streams_group_topologies")), (
+        cmp.rows
+    )
     if "current_offsets" in names:
         assert cmp.rows["current_offsets"] >= 100, cmp.rows
     causes = Counter(r["delete_cause"] for r in rows["offset_history"] if r["deleted"])
     assert min(causes[c] for c in ("expiry", "group_deletion", "explicit_delete")) >= 5, causes
 
 
+# record types gold replays (pipelines/gold/events.py)
+GOLD_REPLAYS = (0, 1, 2, 3, 5, 6, 7, 8, 10, 11, 12, 13, 14, 17, 19, 20, 21, 22, 23)
 # the generated log's last deletions happen seconds before its end: 4 s purges them
 RETENTION_DAYS = 4 / 86_400
 
 
 def kept_deletes(root: Path, days: float) -> set[tuple]:
     """Keys of the expected soft deletes within ``days`` of their partition's latest record that
-    gold replays (offset and group records, COMMIT/ABORT markers)."""
+    gold replays (offset, group and member records, COMMIT/ABORT markers; not the regex (16), the
+    partition metadata (4, 9, 18) or share state (15) records)."""
     from pipelines.codec.segments import discover
 
     log_now: dict[int, int] = {}
     for b in iter_batches(discover([root])):
         for e in b:
-            if (e.is_control or e.record_type in (0, 1, 2, 3)) and e.timestamp is not None:
+            if (e.is_control or e.record_type in GOLD_REPLAYS) and e.timestamp is not None:
                 log_now[e.partition] = max(log_now.get(e.partition, e.timestamp), e.timestamp)
     exp = json.loads((root / "expected-state.json").read_text())
     return {
@@ -328,3 +329,98 @@ def check_history_chains(spark) -> None:
         "HAVING count(*) > 1)"
     ).collect()[0]["n"]
     assert multi > 0  # keys with several versions exist, so the chain check above checked something
+
+
+# -- the state rules of gold.live_groups, by example -------------------------------------------------
+def _rows(table: str, rows: list[dict]) -> list[dict]:
+    """Rows of a gold table: every declared column, None where the example does not set it."""
+    from pipelines.runtime.tables import load_specs
+
+    names = [c.name for c in load_specs()["gold"][table].columns]
+    defaults = {"cluster": "c", "offsets_partition": 0, "updated_run_id": "r", "deleted": False, "state_offset": 0}
+    return [{n: r.get(n, defaults.get(n)) for n in names} for r in rows]
+
+
+def test_live_groups_states_of_share_and_streams_groups_by_example(spark) -> None:
+    """gold.live_groups' SQL over hand-made rows of current_groups and the member tables, each case
+    with the state Kafka 4.2's coordinator computes for it (docs/gold.md): share groups Empty
+    without members, else Stable; streams groups Empty without members, NotReady without a
+    topology or one not validated, Assigning while the group epoch is ahead of the target's,
+    Reconciling while a member is not STABLE (1) at the target epoch, else Stable. Rows of target
+    assignments of ids that are not members do not count as members."""
+    from pipelines.runtime.tables import load_specs, load_views
+
+    def group(gid: str, protocol: str, **fields) -> dict:
+        return {"group_id": gid, "protocol": protocol, "protocol_type": protocol, "exists_because": "metadata",
+                "generation": 2, "assignment_epoch": 2, **fields}  # fmt: skip
+
+    def streams(gid: str, **fields) -> dict:
+        return group(gid, "streams", **{"topology_epoch": 0, "validated_topology_epoch": 0, **fields})
+
+    def member(gid: str, mid: str, epoch: int | None = 2, state: int | None = 1, **offsets) -> dict:
+        meta = {"record_offset_19": 1} if offsets == {} else offsets
+        return {"group_id": gid, "member_id": mid, "member_epoch": epoch, "state": state, **meta}
+
+    cases = {
+        ("s-empty", "share"): "Empty",
+        ("s-target-only", "share"): "Empty",
+        ("s-stable", "share"): "Stable",
+        ("s-fenced", "share"): "Stable",  # epoch -1 after a current assignment tombstone: still a member
+        ("t-empty", "streams"): "Empty",
+        ("t-target-only", "streams"): "Empty",
+        ("t-no-topology", "streams"): "NotReady",
+        ("t-not-validated", "streams"): "NotReady",
+        ("t-kafka-4.1", "streams"): "NotReady",
+        ("t-assigning", "streams"): "Assigning",
+        ("t-revoking", "streams"): "Reconciling",
+        ("t-behind", "streams"): "Reconciling",
+        ("t-fenced", "streams"): "Reconciling",
+        ("t-no-current", "streams"): "Reconciling",
+        ("t-stable", "streams"): "Stable",
+    }
+    groups = [
+        group("s-empty", "share"),
+        group("s-target-only", "share"),
+        group("s-stable", "share"),
+        group("s-fenced", "share"),
+        group("s-deleted", "share", deleted=True, delete_cause="group_deletion"),
+        streams("t-empty"),
+        streams("t-target-only"),
+        streams("t-no-topology", topology_epoch=None),
+        streams("t-not-validated", topology_epoch=1),
+        streams("t-kafka-4.1", validated_topology_epoch=-1),
+        streams("t-assigning", generation=3),
+        streams("t-revoking"),
+        streams("t-behind"),
+        streams("t-fenced"),
+        streams("t-no-current"),
+        streams("t-stable"),
+    ]
+    share = [
+        {"group_id": "s-target-only", "member_id": "x", "record_offset_13": 5},
+        {"group_id": "s-stable", "member_id": "a", "record_offset_10": 1, "record_offset_14": 2, "member_epoch": 2},
+        {"group_id": "s-fenced", "member_id": "a", "record_offset_10": 1, "record_offset_14": 9, "member_epoch": -1},
+        {"group_id": "s-deleted", "member_id": "a", "record_offset_10": 1},
+    ]
+    members = [
+        member("t-target-only", "x", None, None, record_offset_21=5),
+        member("t-no-topology", "a"),
+        member("t-not-validated", "a"),
+        member("t-kafka-4.1", "a"),
+        member("t-assigning", "a"),
+        member("t-revoking", "a", state=2),
+        member("t-behind", "a", epoch=1),
+        member("t-fenced", "a", epoch=-1, record_offset_19=1, record_offset_22=9),
+        member("t-no-current", "a", epoch=None, state=None),
+        member("t-stable", "a"),
+        member("t-stable", "x", None, None, record_offset_21=5),  # a target of a non-member: not counted
+    ]
+    specs = load_specs()["gold"]
+    names = {}
+    for table, rows in (("current_groups", groups), ("share_group_members", share),
+                        ("streams_group_members", members), ("consumer_group_members", [])):  # fmt: skip
+        names[table] = f"example_{table}"
+        spark.createDataFrame(_rows(table, rows), specs[table].ddl_columns()).createOrReplaceTempView(names[table])
+    [view] = [v for v in load_views() if v.layer == "gold" and v.name == "live_groups"]
+    got = {(r["group_id"], r["protocol"]): r["state"] for r in spark.sql(view.sql.format(**names)).collect()}
+    assert got == cases

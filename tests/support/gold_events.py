@@ -25,10 +25,28 @@ GOLD_TABLES = (
     "offset_history",
     "group_generations",
     "consumer_group_members",
+    "share_group_members",
+    "streams_group_members",
+    "streams_group_topologies",
 )
 RETENTION_MS = 7 * 24 * 3600 * 1000
-_NEW_GROUP_TYPES = (3, 6, 11, 17)
+_NEW_GROUP_TYPES = (3, 6, 11, 12, 17, 20, 23)  # group epochs, target assignment epochs, the streams topology
+_TARGET_EPOCH_TYPES = (6, 12, 20)
 _MEMBER_TYPES = (5, 7, 8)
+_SHARE_MEMBER_TYPES = (10, 13, 14)
+_STREAMS_MEMBER_TYPES = (19, 21, 22)
+_STREAMS_METADATA = (
+    "instance_id",
+    "rack_id",
+    "client_id",
+    "client_host",
+    "rebalance_timeout_ms",
+    "topology_epoch",
+    "process_id",
+    "user_endpoint",
+    "client_tags",
+)
+_TASKS = ("active_tasks", "standby_tasks", "warmup_tasks")
 _MEMBER_5 = (
     "instance_id",
     "rack_id",
@@ -138,11 +156,18 @@ def _record_event(rec: Rec, names: dict[str, str]) -> dict[str, Any] | None:
     if t in _NEW_GROUP_TYPES:
         if v is None:
             return {"kind": ge.NEW_GROUP_TOMBSTONE, "group_id": key["group_id"]}
-        return {
-            "kind": ge.NEW_GROUP,
-            "group_id": key["group_id"],
-            "generation": v["assignment_epoch" if t == 6 else "epoch"],
-        }
+        row = {"kind": ge.NEW_GROUP, "group_id": key["group_id"]}
+        if t in _TARGET_EPOCH_TYPES:
+            return row | {"assignment_epoch": v["assignment_epoch"]}
+        if t == 23:
+            return row | {"topology": _silver_topology(v)}
+        row["generation"] = v["epoch"]
+        return row | ({"validated_topology_epoch": v.get("validated_topology_epoch", -1)} if t == 17 else {})
+    if t in _SHARE_MEMBER_TYPES or t in _STREAMS_MEMBER_TYPES:
+        row = {"group_id": key["group_id"], "member_id": key["member_id"]}
+        if v is None:
+            return row | {"kind": ge.MEMBER_TOMBSTONE}
+        return row | {"kind": ge.MEMBER} | _family_fields(t, v, names)
     if t in _MEMBER_TYPES:
         row = {"group_id": key["group_id"], "member_id": key["member_id"]}
         if v is None:
@@ -160,6 +185,60 @@ def _record_event(rec: Rec, names: dict[str, str]) -> dict[str, Any] | None:
             "partitions_pending_revocation": _parts(v.get("partitions_pending_revocation"), names, epochs=True),
         }
     return None
+
+
+def _tasks(tasks: list[dict[str, Any]], epochs: bool) -> list[dict[str, Any]]:
+    out = []
+    for task in tasks:
+        row = {"subtopology_id": task["subtopology_id"], "partitions": task["partitions"]}
+        out.append(row | ({"assignment_epochs": task.get("assignment_epochs")} if epochs else {}))
+    return out
+
+
+def _family_fields(t: int, v: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
+    """The event columns of a share (10, 13, 14) or streams (19, 21, 22) member record."""
+    if t == 10:
+        return {f: v.get(f) for f in ("rack_id", "client_id", "client_host", "subscribed_topic_names")}
+    if t == 13:
+        return {"target_partitions": _parts(v["topic_partitions"], names, epochs=False)}
+    if t == 14:
+        return {
+            "member_epoch": v["member_epoch"],
+            "previous_member_epoch": v["previous_member_epoch"],
+            "state": v["state"],
+            "assigned_partitions": _parts(v["assigned_partitions"], names, epochs=True),
+        }
+    if t == 19:
+        return {f: v.get(f) for f in _STREAMS_METADATA}
+    if t == 21:
+        return {f"target_{k}": _tasks(v[k], epochs=False) for k in _TASKS}
+    current = {f: v[f] for f in ("member_epoch", "previous_member_epoch", "state")}
+    return current | {k: _tasks(v[k], epochs=True) for k in (*_TASKS, *(f"{k}_pending_revocation" for k in _TASKS))}
+
+
+def _silver_topology(v: dict[str, Any]) -> dict[str, Any]:
+    """A topology record's value in silver's struct (its declared fields only)."""
+
+    def topics(infos: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{f: i[f] for f in ("name", "partitions", "replication_factor", "topic_configs")} for i in infos]
+
+    subs = []
+    for sub in v["subtopologies"]:
+        subs.append(
+            {
+                "subtopology_id": sub["subtopology_id"],
+                "source_topics": sub["source_topics"],
+                "source_topic_regex": sub["source_topic_regex"],
+                "state_changelog_topics": topics(sub["state_changelog_topics"]),
+                "repartition_sink_topics": sub["repartition_sink_topics"],
+                "repartition_source_topics": topics(sub["repartition_source_topics"]),
+                "copartition_groups": [
+                    {f: c[f] for f in ("source_topics", "source_topic_regex", "repartition_source_topics")}
+                    for c in sub["copartition_groups"]
+                ],
+            }
+        )
+    return {"epoch": v["epoch"], "subtopologies": subs}
 
 
 def event_rows(batches: Iterable[LogBatch], names: dict[str, str]) -> list[dict[str, Any]]:

@@ -14,12 +14,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tests.support.spec_oracle import (
+    FAMILY_PARTS,
     METADATA_TYPES,
+    SHARE_EMPTIED,
+    STREAMS_EMPTIED,
+    STREAMS_TOPOLOGY,
+    TOPOLOGY_FIELDS,
     UNSUBSCRIBED,
     ZERO_UUID,
     ClusterModel,
     PartitionModel,
     classic_members,
+    held_current,
+    members_of,
 )
 
 # new-protocol families: metadata type -> (member metadata, target member, current member) types
@@ -171,7 +178,7 @@ def _partition_view(p: int, m: PartitionModel, view: dict[str, Any]) -> None:
             if t == 2:
                 view["classic_groups"].append(_classic_view(p, group, rec))
             elif t in FAMILY_SECTION:
-                view[FAMILY_SECTION[t]].append(_family_view(p, group, t, rec, live))
+                view[FAMILY_SECTION[t]].append(_family_view(p, group, t, rec, live, m))
     for (g, protocol), row in m.groups.items():
         if not row["deleted"]:
             view["groups"].append(
@@ -233,7 +240,9 @@ def _classic_view(p: int, group: str, rec: Any) -> dict[str, Any]:
     }
 
 
-def _family_view(p: int, group: str, meta_type: int, rec: Any, live: dict[tuple, Any]) -> dict[str, Any]:
+def _family_view(p: int, group: str, meta_type: int, rec: Any, live: dict[tuple, Any], m: PartitionModel) -> dict:
+    if meta_type in FAMILY_PARTS:
+        return _share_streams_view(p, group, meta_type, rec, live, m)
     member_types = FAMILY_MEMBER_TYPES[meta_type]
     members: dict[str, dict[str, Any]] = {}
     for (t, k), r in live.items():
@@ -252,6 +261,42 @@ def _family_view(p: int, group: str, meta_type: int, rec: Any, live: dict[tuple,
         "members": [members[mid] for mid in sorted(members)],
         "regexes": regexes,
     }
+
+
+def _share_streams_view(
+    p: int, group: str, meta_type: int, rec: Any, live: dict[tuple, Any], m: PartitionModel
+) -> dict[str, Any]:
+    """A share or streams group as expected-state.json shows it (docs/reference-state.md): the
+    members the coordinator holds (decision 9) with their metadata, target and held current
+    assignment values, the group's state; streams groups their topology and validated epoch."""
+    parts = FAMILY_PARTS[meta_type]
+    emptied = SHARE_EMPTIED if meta_type == 11 else STREAMS_EMPTIED
+    members = []
+    for mid, member in sorted(members_of(m, meta_type, group).items()):
+        target = live.get((parts["target"], (group, mid)))
+        members.append(
+            {
+                "member_id": mid,
+                "metadata": member["metadata"].value if member["metadata"] is not None else None,
+                "target": target.value if target is not None else None,
+                "current": held_current(member, emptied),
+            }
+        )
+    target_meta = live.get((FAMILY_TARGET_META[meta_type], (group,)))
+    listed = m.groups.get((group, METADATA_TYPES[meta_type]))
+    view = {
+        "group": group,
+        "epoch": rec.value["epoch"],
+        "assignment_epoch": target_meta.value["assignment_epoch"] if target_meta is not None else None,
+        "state": listed["state"] if listed is not None and not listed["deleted"] else None,
+        "offsets_partition": p,
+        "members": members,
+    }
+    if meta_type == 17:
+        topology = live.get((STREAMS_TOPOLOGY, (group,)))
+        view["validated_topology_epoch"] = rec.value.get("validated_topology_epoch", -1)
+        view["topology"] = topology.value if topology is not None else None
+    return view
 
 
 SNAPSHOT_KEYS = (
@@ -294,8 +339,11 @@ SNAPSHOT_SECTIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ),
     ),
     "consumer_groups": (_GROUP_KEY, ("epoch", "assignment_epoch", "members", "regexes")),
-    "share_groups": (_GROUP_KEY, ("epoch", "assignment_epoch", "members")),
-    "streams_groups": (_GROUP_KEY, ("epoch", "assignment_epoch", "members")),
+    "share_groups": (_GROUP_KEY, ("epoch", "assignment_epoch", "state", "members")),
+    "streams_groups": (
+        _GROUP_KEY,
+        ("epoch", "assignment_epoch", "state", "members", "validated_topology_epoch", "topology"),
+    ),
     "groups": (("offsets_partition", "group", "type"), ("protocol_type", "state", "exists_because")),
     "deleted_simple_groups": (_GROUP_KEY, ("record_offset", "timestamp", "cause")),
 }
@@ -308,7 +356,9 @@ def _normalise(section: str, row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def compare_with_snapshot(cluster: ClusterModel, snapshot: dict[str, Any]) -> Comparison:
+def compare_with_snapshot(
+    cluster: ClusterModel, snapshot: dict[str, Any], sections: Sequence[str] = tuple(SNAPSHOT_SECTIONS)
+) -> Comparison:
     """The oracle against ``expected-state.json`` / ``Replay.snapshot()``, section by section.
 
     One difference is set aside, each instance named in ``accepted``: a group id with live
@@ -318,7 +368,8 @@ def compare_with_snapshot(cluster: ClusterModel, snapshot: dict[str, Any]) -> Co
     ours = snapshot_view(cluster)
     out = Comparison()
     twice = _listed_twice(cluster)
-    for section, (key, fields) in SNAPSHOT_SECTIONS.items():
+    for section in sections:
+        key, fields = SNAPSHOT_SECTIONS[section]
         theirs_rows = [_normalise(section, r) for r in snapshot.get(section, [])]
         if section == "groups":
             kept = []
@@ -333,7 +384,9 @@ def compare_with_snapshot(cluster: ClusterModel, snapshot: dict[str, Any]) -> Co
         out.diff_keyed(
             section, keyed(ours[section], k, section), keyed(theirs_rows, k, section), fields, narrower_expiry
         )
-    ours_applied, theirs_applied = ours["applied_offsets"], snapshot.get("applied_offsets", {})
+    if "applied_offsets" not in snapshot:
+        return out  # a partial snapshot (sections given): nothing to say about positions
+    ours_applied, theirs_applied = ours["applied_offsets"], snapshot["applied_offsets"]
     out.diff_keyed(
         "applied_offsets",
         {p: {"offset": o} for p, o in ours_applied.items()},
@@ -383,6 +436,8 @@ GOLD_SECTIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "current_state_timestamp",
             "member_count",
             "assignment_epoch",
+            "topology_epoch",
+            "validated_topology_epoch",
             "exists_because",
             "value_version",
             "record_offset",
@@ -429,6 +484,51 @@ GOLD_SECTIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "record_offset_8",
         ),
     ),
+    "share_group_members": (
+        ("offsets_partition", "group_id", "member_id"),
+        (
+            "rack_id",
+            "client_id",
+            "client_host",
+            "subscribed_topic_names",
+            "member_epoch",
+            "previous_member_epoch",
+            "state",
+            "assigned_partitions",
+            "target_partitions",
+            "record_offset_10",
+            "record_offset_13",
+            "record_offset_14",
+        ),
+    ),
+    "streams_group_members": (
+        ("offsets_partition", "group_id", "member_id"),
+        (
+            "instance_id",
+            "rack_id",
+            "client_id",
+            "client_host",
+            "rebalance_timeout_ms",
+            "topology_epoch",
+            "process_id",
+            "user_endpoint",
+            "client_tags",
+            "member_epoch",
+            "previous_member_epoch",
+            "state",
+            *STREAMS_EMPTIED,
+            "target_active_tasks",
+            "target_standby_tasks",
+            "target_warmup_tasks",
+            "record_offset_19",
+            "record_offset_21",
+            "record_offset_22",
+        ),
+    ),
+    "streams_group_topologies": (
+        ("offsets_partition", "group_id", "subtopology_id"),
+        ("topology_epoch", *TOPOLOGY_FIELDS, "record_offset"),
+    ),
     "offset_history": (
         ("offsets_partition", "group_id", "topic", "partition", "valid_from_offset"),
         ("valid_from_timestamp", "valid_to_offset", "valid_to_timestamp", *_OFFSET_VALUE, *_DELETION),
@@ -436,10 +536,10 @@ GOLD_SECTIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 
 
-def gold_view(cluster: ClusterModel) -> dict[str, list[dict[str, Any]]]:
+def gold_view(cluster: ClusterModel, names: dict[str, str] | None = None) -> dict[str, list[dict[str, Any]]]:
     """The oracle's state as rows of gold's tables (columns of schemas/tables/gold.yaml)."""
     out: dict[str, list[dict[str, Any]]] = {t: [] for t in GOLD_SECTIONS}
-    members = cluster.members()
+    members = cluster.members(names)
     for p, m in sorted(cluster.partitions.items()):
         at = {"offsets_partition": p}
         out["current_offsets"] += [
@@ -450,6 +550,12 @@ def gold_view(cluster: ClusterModel) -> dict[str, list[dict[str, Any]]]:
         out["group_generations"] += [{**at, **row} for row in m.generation_rows()]
         out["offset_history"] += [{**at, **row} for row in m.history_rows()]
     out["consumer_group_members"] = [{"offsets_partition": p, **row} for (p, _, _), row in members.items()]
+    for table, family in (("share_group_members", 11), ("streams_group_members", 17)):
+        rows = cluster.family_members(family, names)
+        out[table] = [{"offsets_partition": p, **row} for (p, _, _), row in rows.items()]
+    out["streams_group_topologies"] = [
+        {"offsets_partition": p, **row} for p, m in sorted(cluster.partitions.items()) for row in m.topology_rows()
+    ]
     return out
 
 
@@ -464,17 +570,19 @@ def compare_with_gold(
     gold: dict[str, list[dict[str, Any]]],
     cluster_name: str | None = None,
     tables: Sequence[str] = tuple(GOLD_SECTIONS),
+    names: dict[str, str] | None = None,
 ) -> Comparison:
     """The oracle against gold's tables given as rows (``{table: [row, ...]}``, e.g. from
     ``DataFrame.collect()`` as dicts or Arrow ``to_pylist()``); rows of other clusters are left
-    out when ``cluster_name`` is given. Gold must keep its soft deletes
+    out when ``cluster_name`` is given; member tables name topic ids by ``names`` when given (else
+    by the pairs the oracle's log carries). Gold must keep its soft deletes
     (``soft_delete_retention_days: null``): a purged deletion reads as missing.
 
     Deleted rows are compared on what a deletion means: for offsets the last committed offset and
     the tombstone (position, time, cause); for groups the cause and why the group had existed.
     One difference is set aside, each instance named in ``accepted``: see
     :func:`compare_with_snapshot` (a group id with two live metadata families)."""
-    ours = gold_view(cluster)
+    ours = gold_view(cluster, names)
     out = Comparison()
     twice = _listed_twice(cluster)
     for table in tables:

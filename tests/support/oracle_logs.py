@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pipelines.generate import generate
 
-SEEDS = (1, 5, 6)  # together: every delete cause in history, conversions, groups listed twice
+SEEDS = (28, 21, 14)  # together: every delete cause in history, conversions, groups listed twice
 RECORDS = 20_000
 
 
@@ -21,9 +21,15 @@ def _root() -> Path:
     return root
 
 
+def generated(seed: int, records: int = RECORDS, partitions: int = 50) -> Path:
+    """``offsets-lakehouse generate`` output for ``seed`` (log files and expected-state.json);
+    generated once per process however the arguments are passed (``generated(1)`` and
+    ``generated(1, RECORDS, 50)`` are the same log)."""
+    return _generated(seed, records, partitions)
+
+
 @cache
-def generated(seed: int, records: int = RECORDS) -> Path:
-    """``offsets-lakehouse generate`` output for ``seed`` (log files and expected-state.json)."""
-    out = _root() / f"seed-{seed}-{records}"
-    generate(out, records, seed=seed)
+def _generated(seed: int, records: int, partitions: int) -> Path:
+    out = _root() / f"seed-{seed}-{records}-{partitions}"
+    generate(out, records, seed=seed, partitions=partitions)
     return out

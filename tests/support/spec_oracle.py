@@ -15,6 +15,8 @@ Output (:class:`PartitionModel` per partition, field names as gold's columns):
 * ``groups``: every group the coordinator would list, and those that went (with their cause);
 * ``generations``: classic generations as intervals;
 * ``member_rows()``: KIP-848 consumer group members (metadata, target and current assignment);
+* ``family_member_rows()`` / ``topology_rows()``: share and streams group members, streams
+  topologies;
 * ``history``: every state of every offset key as validity intervals (SCD type 2);
 * ``counts``: how often each rule decided something, so a test can say what its data exercised.
 
@@ -68,7 +70,23 @@ zero-length consumer assignment as ``[]`` (silver's representation, §6.3).
    current assignment (8) record; a group's state counts those with 5 or 8 (the coordinator
    creates a member from either). Consumer group state per docs/gold.md: Empty, Assigning
    (group epoch ahead of the target assignment epoch), Reconciling (a member not STABLE at that
-   epoch), Stable. Share groups Empty/Stable by live member records (10); streams: None.
+   epoch), Stable.
+9. **Share and streams members** (types 10/13/14, 19/21/22). §12.7 says only that they follow
+   the KIP-848 pattern; the member lifecycle and the group states are taken from what Kafka
+   4.2.1's coordinator does on loading (read from its jars for issue 14, stated in the issue and
+   in docs/gold.md), not from the replay or gold's engine — but by the author who also wrote
+   those two implementations of the same rules, so the three share that reading (the kafka tier
+   checks it against a broker): a member metadata or current
+   assignment record creates the member; a current assignment tombstone of a member sets its
+   member epoch and previous member epoch to -1 and empties what it owns, keeping the rest; a
+   member metadata tombstone removes the member; tombstones of ids that are not members change
+   nothing. The target assignment (13/21) is the latest record per member id, member or not.
+   Share groups: Empty without members, else Stable. Streams groups, in order: Empty without
+   members; NotReady without a topology record (23) or when its epoch is not the group record's
+   validated topology epoch (-1 when the record lacks that field); Assigning while the group
+   epoch exceeds the target assignment epoch (0 without a record); Reconciling while a member
+   is not STABLE (code 1, §9.6) at the target assignment epoch (a member without a current
+   assignment never is); Stable.
 8. **Input.** Torn tails end a partition (§10.10); a corrupt batch or an undecodable record
    raises, since the oracle is only for logs the codec reads whole. Magic 0/1 entries are their
    own batches. The high watermark (§12.1) is not known from the files: everything read applies.
@@ -93,6 +111,11 @@ OFFSET_TYPES = (0, 1)
 CLASSIC = 2
 METADATA_TYPES = {2: "classic", 3: "consumer", 11: "share", 17: "streams"}
 MEMBER_TYPES = {5: "metadata", 7: "target", 8: "current"}
+TARGET_EPOCH_TYPES = {3: 6, 11: 12, 17: 20}  # group metadata type -> target assignment metadata type
+# decision 9: share (11) and streams (17) members: the record type of each part
+FAMILY_PARTS = {11: {"metadata": 10, "target": 13, "current": 14}, 17: {"metadata": 19, "target": 21, "current": 22}}
+STREAMS_TOPOLOGY = 23
+STREAMS_STABLE = 1  # §9.6: a streams member's STABLE state code
 TOPIC_NAME_SOURCES = {
     4: ("topics",),
     9: ("topics",),
@@ -201,6 +224,8 @@ class PartitionModel:
     history: dict[OffsetKey, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
     applied_offset: int | None = None
     topic_names: dict[str, str] = field(default_factory=dict)  # topic id -> name, as the log pairs them
+    # decision 9: (group type 11/17, group, member) -> {"metadata": Rec, "current": Rec, "left_at": offset}
+    family_members: dict[tuple[int, str, str], dict[str, Any]] = field(default_factory=dict)
     # how often each rule decided something (what a test can say its data exercised)
     counts: Counter[str] = field(default_factory=Counter)
 
@@ -235,6 +260,12 @@ class PartitionModel:
 
     def history_rows(self) -> list[dict[str, Any]]:
         return [row for rows in self.history.values() for row in rows]
+
+    def family_member_rows(self, family: int, names: dict[str, str] | None = None) -> dict[tuple, dict[str, Any]]:
+        return family_members(self, family, names if names is not None else self.topic_names)
+
+    def topology_rows(self) -> list[dict[str, Any]]:
+        return topology_rows(self)
 
 
 @dataclass
@@ -299,6 +330,7 @@ def apply_record(model: PartitionModel, batch: LogBatch, rec: Rec, notes: _Batch
     notes.touched_groups.add(rec.group)
     if rec.type == CLASSIC:
         apply_generation(model, rec)
+    apply_member_lifecycle(model, rec)
     apply_latest_wins(model, rec, notes)
 
 
@@ -640,7 +672,9 @@ def group_view(model: PartitionModel, group: str) -> dict[str, Any] | None:
             "leader": v["leader"] if meta.type == CLASSIC else None,
             "current_state_timestamp": v.get("current_state_timestamp", -1) if meta.type == CLASSIC else None,
             "member_count": len(v["members"]) if meta.type == CLASSIC else None,
-            "assignment_epoch": assignment_epoch(model, group) if meta.type == 3 else None,
+            "assignment_epoch": assignment_epoch(model, group, meta.type) if meta.type != CLASSIC else None,
+            "topology_epoch": topology_epoch(model, group) if meta.type == 17 else None,
+            "validated_topology_epoch": v.get("validated_topology_epoch", -1) if meta.type == 17 else None,
             "exists_because": "metadata",
             "value_version": meta.version,
             "record_offset": meta.offset,
@@ -661,6 +695,8 @@ def group_view(model: PartitionModel, group: str) -> dict[str, Any] | None:
         "current_state_timestamp": None,
         "member_count": None,
         "assignment_epoch": None,
+        "topology_epoch": None,
+        "validated_topology_epoch": None,
         "exists_because": "offsets",
         "value_version": None,
         "record_offset": None,
@@ -668,9 +704,14 @@ def group_view(model: PartitionModel, group: str) -> dict[str, Any] | None:
     }
 
 
-def assignment_epoch(model: PartitionModel, group: str) -> int | None:
-    rec = model.live.get(group, {}).get((6, (group,)))
+def assignment_epoch(model: PartitionModel, group: str, metadata_type: int = 3) -> int | None:
+    rec = model.live.get(group, {}).get((TARGET_EPOCH_TYPES[metadata_type], (group,)))
     return rec.value["assignment_epoch"] if rec is not None and rec.value is not None else None
+
+
+def topology_epoch(model: PartitionModel, group: str) -> int | None:
+    rec = model.live.get(group, {}).get((STREAMS_TOPOLOGY, (group,)))
+    return rec.value["epoch"] if rec is not None and rec.value is not None else None
 
 
 def group_state(model: PartitionModel, group: str, row: dict[str, Any]) -> str | None:
@@ -680,9 +721,9 @@ def group_state(model: PartitionModel, group: str, row: dict[str, Any]) -> str |
         return "Stable" if row["member_count"] else "Empty"
     live = model.live.get(group, {})
     if protocol == "share":
-        return "Stable" if any(t == 10 for t, _ in live) else "Empty"
-    if protocol != "consumer":
-        return None
+        return "Stable" if members_of(model, 11, group) else "Empty"
+    if protocol == "streams":
+        return streams_state(model, group, row)
     members = {k[1] for t, k in live if t in (5, 8)}
     if not members:
         return "Empty"
@@ -848,6 +889,166 @@ def _empty_member() -> dict[str, Any]:
     }
 
 
+# -- decision 9: share and streams members ---------------------------------------------------------
+def family_of(rec_type: int) -> tuple[int, str] | None:
+    """(group metadata type, part) of a share/streams member record type, else None."""
+    for family, parts in FAMILY_PARTS.items():
+        for part, t in parts.items():
+            if t == rec_type:
+                return family, part
+    return None
+
+
+def apply_member_lifecycle(model: PartitionModel, rec: Rec) -> None:
+    """Decision 9: members are made by metadata or current assignment records; a current
+    assignment tombstone leaves the member (epochs -1, nothing owned); a metadata tombstone
+    removes it; tombstones of non-members do nothing. Targets are kept as latest values."""
+    found = family_of(rec.type)
+    if found is None or found[1] == "target":
+        return
+    family, part = found
+    key = (family, rec.group, rec.key["member_id"])
+    member = model.family_members.get(key)
+    if rec.value is not None:
+        member = model.family_members.setdefault(key, {"metadata": None, "current": None, "left_at": None})
+        member[part] = rec
+        if part == "current":
+            member["left_at"] = None
+        return
+    if member is None:
+        model.counts["family_tombstone_of_a_non_member"] += 1
+        return
+    if part == "current":
+        member["left_at"] = rec.offset
+        model.counts[f"family_member_fenced:{family}"] += 1
+    else:
+        del model.family_members[key]
+        model.counts[f"family_member_removed:{family}"] += 1
+
+
+def members_of(model: PartitionModel, family: int, group: str) -> dict[str, dict[str, Any]]:
+    return {m: v for (f, g, m), v in model.family_members.items() if f == family and g == group}
+
+
+def held_current(member: dict[str, Any], emptied: tuple[str, ...]) -> dict[str, Any] | None:
+    """The current assignment the coordinator holds for a member: its latest record's value, or
+    after a current assignment tombstone that value with epochs -1 and nothing owned."""
+    value = dict(member["current"].value) if member["current"] is not None else None
+    if member["left_at"] is None:
+        return value
+    return {**(value or {}), "member_epoch": -1, "previous_member_epoch": -1, **{f: [] for f in emptied}}
+
+
+SHARE_EMPTIED = ("assigned_partitions",)
+STREAMS_TASKS = ("active_tasks", "standby_tasks", "warmup_tasks")
+STREAMS_EMPTIED = (*STREAMS_TASKS, *(f"{t}_pending_revocation" for t in STREAMS_TASKS))
+
+
+def streams_state(model: PartitionModel, group: str, row: dict[str, Any]) -> str:
+    """Decision 9's streams group states, in order."""
+    members = members_of(model, 17, group)
+    if not members:
+        return "Empty"
+    if row["topology_epoch"] is None or row["topology_epoch"] != row["validated_topology_epoch"]:
+        return "NotReady"
+    target = row["assignment_epoch"] if row["assignment_epoch"] is not None else 0
+    if row["generation"] > target:
+        return "Assigning"
+    for m in members.values():
+        cur = held_current(m, STREAMS_EMPTIED)
+        if cur is None or cur.get("state") != STREAMS_STABLE or cur.get("member_epoch") != target:
+            return "Reconciling"
+    return "Stable"
+
+
+def _tasks(tasks: list[dict[str, Any]] | None, epochs: bool) -> list[dict[str, Any]] | None:
+    if tasks is None:
+        return None
+    out = []
+    for t in tasks:
+        row = {"subtopology_id": t["subtopology_id"], "partitions": list(t["partitions"])}
+        if epochs:
+            e = t.get("assignment_epochs")
+            row["assignment_epochs"] = None if e is None else list(e)
+        out.append(row)
+    return out
+
+
+def family_members(model: PartitionModel, family: int, names: dict[str, str]) -> dict[tuple, dict[str, Any]]:
+    """Rows of gold.share_group_members (11) / gold.streams_group_members (17): every member, and
+    every member id with a target assignment (gold.yaml: such a row has no metadata or current
+    record offset)."""
+    parts = FAMILY_PARTS[family]
+    ids: set[tuple[str, str]] = {(g, m) for (f, g, m) in model.family_members if f == family}
+    targets: dict[tuple[str, str], Rec] = {}
+    for group, live in model.live.items():
+        for (t, k), rec in live.items():
+            if t == parts["target"]:
+                targets[(group, k[1])] = rec
+                ids.add((group, k[1]))
+    out = {}
+    for group, member_id in sorted(ids):
+        member = model.family_members.get((family, group, member_id), {"metadata": None, "current": None,
+                                                                        "left_at": None})  # fmt: skip
+        meta = member["metadata"].value if member["metadata"] is not None else {}
+        target = targets.get((group, member_id))
+        row: dict[str, Any] = {"group_id": group, "member_id": member_id}
+        emptied = SHARE_EMPTIED if family == 11 else STREAMS_EMPTIED
+        cur = held_current(member, emptied) or {}
+        current_offset = member["left_at"] if member["left_at"] is not None else (
+            member["current"].offset if member["current"] is not None else None)  # fmt: skip
+        row[f"record_offset_{parts['metadata']}"] = member["metadata"].offset if member["metadata"] else None
+        row[f"record_offset_{parts['target']}"] = target.offset if target is not None else None
+        row[f"record_offset_{parts['current']}"] = current_offset
+        row.update(
+            member_epoch=cur.get("member_epoch"), previous_member_epoch=cur.get("previous_member_epoch"),
+            state=cur.get("state"),
+        )  # fmt: skip
+        tv = target.value if target is not None else None
+        if family == 11:
+            row.update({f: meta.get(f) for f in ("rack_id", "client_id", "client_host")})
+            row["subscribed_topic_names"] = list(meta["subscribed_topic_names"]) if meta else None
+            row["assigned_partitions"] = (
+                _topic_partitions(cur["assigned_partitions"], names, epochs=False) if cur else None
+            )
+            row["target_partitions"] = _topic_partitions(tv["topic_partitions"], names, epochs=False) if tv else None
+        else:
+            for f in ("instance_id", "rack_id", "client_id", "client_host", "rebalance_timeout_ms", "topology_epoch",
+                      "process_id", "user_endpoint", "client_tags"):  # fmt: skip
+                row[f] = meta.get(f)
+            for f in STREAMS_EMPTIED:
+                row[f] = _tasks(cur.get(f), epochs=True) if cur else None
+            for t in STREAMS_TASKS:
+                row[f"target_{t}"] = _tasks(tv[t], epochs=False) if tv else None
+        out[(group, member_id)] = row
+    return out
+
+
+TOPOLOGY_FIELDS = ("source_topics", "source_topic_regex", "state_changelog_topics", "repartition_sink_topics",
+                   "repartition_source_topics", "copartition_groups")  # fmt: skip
+
+
+def topology_rows(model: PartitionModel) -> list[dict[str, Any]]:
+    """Rows of gold.streams_group_topologies: the live topology record of each group, one row per
+    subtopology (§9.7)."""
+    out = []
+    for group, live in model.live.items():
+        rec = live.get((STREAMS_TOPOLOGY, (group,)))
+        if rec is None or rec.value is None:
+            continue
+        for sub in rec.value["subtopologies"]:
+            out.append(
+                {
+                    "group_id": group,
+                    "topology_epoch": rec.value["epoch"],
+                    "subtopology_id": sub["subtopology_id"],
+                    **{f: sub[f] for f in TOPOLOGY_FIELDS},
+                    "record_offset": rec.offset,
+                }
+            )
+    return out
+
+
 # -- a cluster -------------------------------------------------------------------------------------
 @dataclass
 class ClusterModel:
@@ -862,9 +1063,21 @@ class ClusterModel:
             names.update(p.topic_names)
         return names
 
-    def members(self) -> dict[tuple[int, str, str], dict[str, Any]]:
-        names = self.topic_names
+    def members(self, names: dict[str, str] | None = None) -> dict[tuple[int, str, str], dict[str, Any]]:
+        """KIP-848 member rows of every partition; topic names cluster-wide unless ``names`` are given."""
+        names = self.topic_names if names is None else names
         return {(p, g, m): row for p, pm in self.partitions.items() for (g, m), row in pm.member_rows(names).items()}
+
+    def family_members(
+        self, family: int, names: dict[str, str] | None = None
+    ) -> dict[tuple[int, str, str], dict[str, Any]]:
+        """Share (11) or streams (17) member rows of every partition, topic names as ``members``'."""
+        names = self.topic_names if names is None else names
+        return {
+            (p, g, m): row
+            for p, pm in self.partitions.items()
+            for (g, m), row in pm.family_member_rows(family, names).items()
+        }
 
 
 def replay_cluster(batches: dict[int, list[LogBatch]], retention_ms: int = RETENTION_MS) -> ClusterModel:

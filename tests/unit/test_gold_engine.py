@@ -24,10 +24,18 @@ from pipelines.gold import engine as ge
 from pipelines.reference.replay import DEFAULT_RETENTION_MS, Entry, Replay, iter_batches
 
 SCHEMA = ge.event_schema()
+# the tables gold replaces whole per partition (pipelines/gold/build.py writes them so)
+CURRENT = ("current_offsets", "pending_transactions", "current_groups", "consumer_group_members",
+           "share_group_members", "streams_group_members", "streams_group_topologies")  # fmt: skip
 MEMBER_FIELDS = {
     5: ("instance_id", "rack_id", "client_id", "client_host", "subscribed_topic_names", "subscribed_topic_regex",
         "server_assignor", "rebalance_timeout_ms"),
     8: ("member_epoch", "previous_member_epoch", "state"),
+    10: ("rack_id", "client_id", "client_host", "subscribed_topic_names"),
+    14: ("member_epoch", "previous_member_epoch", "state"),
+    19: ("instance_id", "rack_id", "client_id", "client_host", "rebalance_timeout_ms", "topology_epoch", "process_id",
+         "user_endpoint", "client_tags"),
+    22: ("member_epoch", "previous_member_epoch", "state"),
 }  # fmt: skip
 
 
@@ -94,12 +102,17 @@ def event(e: Entry, batch_id: int) -> dict | None:
             "member_count": len(members),
             "members": members,
         }
-    if t in (3, 6, 11, 17):
+    if t in (3, 6, 11, 12, 17, 20, 23):
         row["group_id"] = e.key["group_id"]
         if e.value is None:
             return row | {"kind": ge.NEW_GROUP_TOMBSTONE}
-        return row | {"kind": ge.NEW_GROUP, "generation": v["assignment_epoch"] if t == 6 else v["epoch"]}
-    if t in (5, 7, 8):
+        if t in (6, 12, 20):
+            return row | {"kind": ge.NEW_GROUP, "assignment_epoch": v["assignment_epoch"]}
+        if t == 23:  # the test compares topology epochs only: subtopologies left empty
+            return row | {"kind": ge.NEW_GROUP, "topology": {"epoch": v["epoch"], "subtopologies": []}}
+        return row | {"kind": ge.NEW_GROUP, "generation": v["epoch"],
+                      "validated_topology_epoch": v.get("validated_topology_epoch", -1)}  # fmt: skip
+    if t in (5, 7, 8, 10, 13, 14, 19, 21, 22):
         row |= {"group_id": e.key["group_id"], "member_id": e.key["member_id"]}
         if e.value is None:
             return row | {"kind": ge.MEMBER_TOMBSTONE}
@@ -127,10 +140,7 @@ class Lake:
     """One partition's gold tables, written as build.py writes them."""
 
     def __init__(self) -> None:
-        self.tables: dict[str, pa.Table | None] = dict.fromkeys(
-            ["current_offsets", "pending_transactions", "current_groups", "offset_history", "group_generations",
-             "consumer_group_members"]
-        )  # fmt: skip
+        self.tables: dict[str, pa.Table | None] = dict.fromkeys([*CURRENT, "offset_history", "group_generations"])
         self.applied: int | None = None
         self.runs = 0
 
@@ -149,11 +159,14 @@ class Lake:
             history=self.open_rows("offset_history", "valid_to_offset"),
             generations=self.open_rows("group_generations", "ended_offset"),
             members=self.tables["consumer_group_members"],
+            share_members=self.tables["share_group_members"],
+            streams_members=self.tables["streams_group_members"],
+            topologies=self.tables["streams_group_topologies"],
             applied_offset=self.applied,
         )
         out = ge.PartitionReplay(inp, f"run{self.runs}", DEFAULT_RETENTION_MS, soft_delete_ms).run()
         self.runs += 1
-        for name in ("current_offsets", "pending_transactions", "current_groups", "consumer_group_members"):
+        for name in CURRENT:
             self.tables[name] = out.tables[name]
         for name, column in (("offset_history", "valid_to_offset"), ("group_generations", "ended_offset")):
             old = self.tables[name]
@@ -202,6 +215,29 @@ def reference(batches: list[list[Entry]]) -> dict:
         "groups": {(g["type"], g["group"]): g["exists_because"] for g in snap["groups"]},
         "simple_groups_gone": {g["group"]: g["cause"] for g in snap["deleted_simple_groups"]},
         "consumer_members": {(g["group"], m["member_id"]) for g in snap["consumer_groups"] for m in g["members"]},
+        # share and streams members as the coordinator holds them: epochs and state of the current
+        # assignment (-1 after its tombstone), whether the member metadata record is there
+        "family_members": {
+            (kind, g["group"], m["member_id"]): (
+                (m["current"] or {}).get("member_epoch"),
+                (m["current"] or {}).get("previous_member_epoch"),
+                (m["current"] or {}).get("state"),
+                m["metadata"] is not None,
+            )
+            for kind in ("share", "streams")
+            for g in snap[f"{kind}_groups"]
+            for m in g["members"]
+        },
+        "family_groups": {
+            (kind, g["group"]): (
+                g["epoch"],
+                g["assignment_epoch"],
+                g.get("validated_topology_epoch"),
+                (g.get("topology") or {}).get("epoch"),
+            )
+            for kind in ("share", "streams")
+            for g in snap[f"{kind}_groups"]
+        },
     }
 
 
@@ -244,6 +280,28 @@ def state_of(lake: Lake) -> dict:
             if r["record_offset_5"] is not None or r["record_offset_8"] is not None
             if (r["group_id"], "consumer") in {(g["group_id"], g["protocol"]) for g in groups if not g["deleted"]}
         },
+        "family_members": {
+            (kind, r["group_id"], r["member_id"]): (
+                r["member_epoch"],
+                r["previous_member_epoch"],
+                r["state"],
+                r[f"record_offset_{meta}"] is not None,
+            )
+            for kind, meta, current in (("share", 10, 14), ("streams", 19, 22))
+            for r in lake.rows(f"{kind}_group_members")
+            if r[f"record_offset_{meta}"] is not None or r[f"record_offset_{current}"] is not None
+            if (r["group_id"], kind) in {(g["group_id"], g["protocol"]) for g in groups if not g["deleted"]}
+        },
+        "family_groups": {
+            (r["protocol"], r["group_id"]): (
+                r["generation"],
+                r["assignment_epoch"],
+                r["validated_topology_epoch"],
+                r["topology_epoch"],
+            )
+            for r in groups
+            if r["protocol"] in ("share", "streams") and not r["deleted"]
+        },
     }
 
 
@@ -280,6 +338,9 @@ def _group_tables(lake: Lake) -> dict:
     return {
         "generations": strip(lake.rows("group_generations"), ("group_id", "started_offset")),
         "members": strip(lake.rows("consumer_group_members"), ("group_id", "member_id")),
+        "share_members": strip(lake.rows("share_group_members"), ("group_id", "member_id")),
+        "streams_members": strip(lake.rows("streams_group_members"), ("group_id", "member_id")),
+        "topologies": strip(lake.rows("streams_group_topologies"), ("group_id", "subtopology_id")),
         "groups": strip(lake.rows("current_groups"), ("protocol", "group_id")),
         "offsets": strip(lake.rows("current_offsets"), ("group_id", "topic", "partition")),
     }
@@ -375,10 +436,13 @@ def test_history_as_of_any_position_equals_reference_prefix(partitions):
 def test_unchanged_rows_keep_the_run_that_wrote_them(partitions):
     part, batches = next(iter(partitions.items()))
     events = gold_events(batches)
+    # the second run starts with the batch of the log's last plain commit (it changes an offset)
+    last = max(k for k, e in enumerate(events) if e["kind"] == ge.COMMIT and not e["transactional"])
+    cut = min(k for k, e in enumerate(events) if e["batch_id"] == events[last]["batch_id"])
     lake = Lake()
-    lake.run(part, events[:-1])
+    lake.run(part, events[:cut])
     first = {(r["group_id"], r["topic"], r["partition"]): r for r in lake.rows("current_offsets")}
-    lake.run(part, events[-1:])
+    lake.run(part, events[cut:])
     second = {(r["group_id"], r["topic"], r["partition"]): r for r in lake.rows("current_offsets")}
     unchanged = [k for k in first if first[k] == second.get(k)]
     assert len(unchanged) > len(first) // 2
@@ -514,3 +578,197 @@ def test_a_later_group_tombstone_keeps_how_an_offsets_only_group_went() -> None:
             "offsets",
             1,
         ), cut
+
+
+# -- share and streams members (Kafka 4.2's member lifecycle; docs/gold.md) ---------------------------
+TP = [{"topic_id": "AAAAAAAAAAAAAAAAAAAAAQ", "topic": "t", "partitions": [0, 1], "assignment_epochs": None}]
+
+
+def _batch(first: int, *events: tuple[str, int, dict]) -> list[dict]:
+    """Events of one batch starting at ``first``: (kind, record type, fields) each."""
+    return [
+        _ev(first + i, kind, record_type=rtype, group_id=fields.pop("group", "sg"), **fields) | {"batch_id": first}
+        for i, (kind, rtype, fields) in enumerate(events)
+    ]
+
+
+def _share_log() -> list[list[dict]]:
+    meta = {"rack_id": "r", "client_id": "c", "client_host": "/h", "subscribed_topic_names": ["t"]}
+    current = {"member_epoch": 1, "previous_member_epoch": 0, "state": 0, "assigned_partitions": TP}
+    return [
+        _batch(
+            0,
+            (ge.MEMBER, 10, {"member_id": "m1", **meta}),
+            (ge.NEW_GROUP, 11, {"generation": 1}),
+            (ge.NEW_GROUP, 12, {"assignment_epoch": 1}),
+            (
+                ge.MEMBER,
+                13,
+                {
+                    "member_id": "m1",
+                    "target_partitions": [{k: v for k, v in TP[0].items() if k != "assignment_epochs"}],
+                },
+            ),
+            (ge.MEMBER, 14, {"member_id": "m1", **current}),
+        ),
+        # the member is fenced: current and target tombstoned, the group epoch bumped
+        _batch(
+            5,
+            (ge.MEMBER_TOMBSTONE, 14, {"member_id": "m1"}),
+            (ge.MEMBER_TOMBSTONE, 13, {"member_id": "m1"}),
+            (ge.NEW_GROUP, 11, {"generation": 2}),
+        ),
+        # tombstones of a member the group does not have
+        _batch(8, (ge.MEMBER_TOMBSTONE, 14, {"member_id": "ghost"}), (ge.MEMBER_TOMBSTONE, 10, {"member_id": "ghost"})),
+        # the member is removed
+        _batch(10, (ge.MEMBER_TOMBSTONE, 10, {"member_id": "m1"}), (ge.NEW_GROUP, 11, {"generation": 3})),
+    ]
+
+
+def _member_state(lake: Lake) -> dict:
+    return {
+        r["member_id"]: (
+            r["member_epoch"],
+            r["previous_member_epoch"],
+            r["state"],
+            r["assigned_partitions"],
+            r["target_partitions"],
+            r["record_offset_10"],
+            r["record_offset_14"],
+        )
+        for r in lake.rows("share_group_members")
+    }
+
+
+def test_share_member_lifecycle_by_example() -> None:
+    """A current assignment tombstone leaves the member with epochs -1 and nothing assigned (state
+    and metadata kept); tombstones of non-members change nothing; the metadata tombstone removes
+    it. The same whether the batches come in one run or one run each (restored from the rows)."""
+    tp = [{"topic_id": TP[0]["topic_id"], "topic": "t", "partitions": [0, 1]}]
+    want = [
+        {"m1": (1, 0, 0, tp, tp, 0, 4)},
+        {"m1": (-1, -1, 0, [], None, 0, 5)},
+        {"m1": (-1, -1, 0, [], None, 0, 5)},
+        {},
+    ]
+    log = _share_log()
+    split = Lake()
+    for i, b in enumerate(log):
+        split.run(0, b)
+        assert _member_state(split) == want[i], i
+        whole = Lake()
+        whole.run(0, [e for bb in log[: i + 1] for e in bb])
+        assert [r | {"updated_run_id": None} for r in whole.rows("share_group_members")] == [
+            r | {"updated_run_id": None} for r in split.rows("share_group_members")
+        ], i
+    [g] = [r for r in split.rows("current_groups") if r["protocol"] == "share"]
+    assert (g["generation"], g["assignment_epoch"], g["topology_epoch"], g["validated_topology_epoch"]) == (
+        3,
+        1,
+        None,
+        None,
+    )
+
+
+def test_streams_members_topology_and_group_columns_by_example() -> None:
+    tasks = [{"subtopology_id": "0", "partitions": [0], "assignment_epochs": [1]}]
+    sub = {
+        "subtopology_id": "0",
+        "source_topics": ["in"],
+        "source_topic_regex": [],
+        "state_changelog_topics": [],
+        "repartition_sink_topics": [],
+        "repartition_source_topics": [],
+        "copartition_groups": [],
+    }
+    current = {
+        "member_epoch": 1,
+        "previous_member_epoch": 0,
+        "state": 2,
+        "active_tasks": tasks,
+        "standby_tasks": [],
+        "warmup_tasks": [],
+        "active_tasks_pending_revocation": tasks,
+        "standby_tasks_pending_revocation": [],
+        "warmup_tasks_pending_revocation": [],
+    }
+    log = [
+        _batch(
+            0,
+            (ge.NEW_GROUP, 17, {"group": "st", "generation": 2, "validated_topology_epoch": 0}),
+            (
+                ge.MEMBER,
+                19,
+                {
+                    "group": "st",
+                    "member_id": "m1",
+                    "process_id": "p",
+                    "topology_epoch": 0,
+                    "user_endpoint": {"host": "h", "port": 1},
+                    "client_tags": [{"key": "k", "value": "v"}],
+                },
+            ),
+            (ge.NEW_GROUP, 20, {"group": "st", "assignment_epoch": 1}),
+            (
+                ge.MEMBER,
+                21,
+                {"group": "st", "member_id": "m1", "target_active_tasks": [{"subtopology_id": "0", "partitions": [0]}]},
+            ),
+            (ge.MEMBER, 22, {"group": "st", "member_id": "m1", **current}),
+            (
+                ge.NEW_GROUP,
+                23,
+                {"group": "st", "topology": {"epoch": 4, "subtopologies": [sub, sub | {"subtopology_id": "1"}]}},
+            ),
+        ),
+        _batch(6, (ge.MEMBER_TOMBSTONE, 22, {"group": "st", "member_id": "m1"})),
+    ]
+    lake = Lake()
+    lake.run(0, log[0])
+    [m] = lake.rows("streams_group_members")
+    assert (m["process_id"], m["user_endpoint"], m["client_tags"], m["topology_epoch"]) == (
+        "p",
+        {"host": "h", "port": 1},
+        [{"key": "k", "value": "v"}],
+        0,
+    )
+    assert (m["member_epoch"], m["state"], m["active_tasks"], m["active_tasks_pending_revocation"]) == (
+        1,
+        2,
+        tasks,
+        tasks,
+    )
+    assert m["target_active_tasks"] == [{"subtopology_id": "0", "partitions": [0]}]
+    [g] = [r for r in lake.rows("current_groups") if r["protocol"] == "streams"]
+    assert (g["generation"], g["assignment_epoch"], g["topology_epoch"], g["validated_topology_epoch"]) == (2, 1, 4, 0)
+    topo = lake.rows("streams_group_topologies")
+    assert [
+        (r["group_id"], r["subtopology_id"], r["topology_epoch"], r["source_topics"], r["record_offset"]) for r in topo
+    ] == [("st", "0", 4, ["in"], 5), ("st", "1", 4, ["in"], 5)]
+    lake.run(0, log[1])
+    [m] = lake.rows("streams_group_members")
+    assert (m["member_epoch"], m["previous_member_epoch"], m["state"], m["record_offset_22"]) == (-1, -1, 2, 6)
+    assert m["active_tasks"] == m["active_tasks_pending_revocation"] == [] and m["process_id"] == "p"
+    assert len(lake.rows("streams_group_topologies")) == 2  # untouched by the run: kept as they were
+
+
+def test_new_tables_come_out_in_their_declared_columns() -> None:
+    """The share/streams tables the engine returns have gold.yaml's columns and types (build.py
+    casts by name; a missing or renamed column would fail the write)."""
+    from pipelines.runtime.ddl import arrow_type
+    from pipelines.runtime.tables import load_specs
+
+    gold = load_specs()["gold"]
+    events = [e for b in _share_log() for e in b]
+    out = Lake().run(0, events).tables
+    compared = 0
+    for table in ("share_group_members", "streams_group_members", "streams_group_topologies", "current_groups"):
+        declared = [
+            (c.name, arrow_type(c.type)) for c in gold[table].columns if c.name not in ("cluster", "offsets_partition")
+        ]
+        got = out[table].schema
+        assert sorted(got.names) == sorted(n for n, _ in declared), table
+        for name, typ in declared:
+            assert got.field(name).type == typ, (table, name)
+            compared += 1
+    assert compared > 60

@@ -61,7 +61,10 @@ def test_engine_equals_the_oracle_on_generated_logs() -> None:
         kind = next((k for k in kinds if k in a), None)
         assert kind is not None, f"an unexpected difference was set aside: {a}"
         kinds[kind] += 1
-    assert all(kinds.values()), kinds
+    # the generator deletes a never-converted group as a classic group (main's 93579ca): its logs
+    # no longer hold a group listed twice, so that difference must not be set aside at all
+    assert kinds["gold keeps it live beside"] == 0, kinds
+    assert kinds["§12.5 expires an unsubscribed topic"] and kinds["the same batch"], kinds
 
 
 # -- mutants -----------------------------------------------------------------------------------------

@@ -235,3 +235,117 @@ def test_consumer_group_state_as_the_coordinator_computes_it(epoch: int, current
     # the member leaves (its records tombstoned): Empty
     r.apply_batch([Entry(0, o, 2, record_type=t, key=mkey, value=None) for o, t in ((4, 8), (5, 5))])
     assert listed(r) == {"cg": ("consumer", "consumer", "Empty", "metadata")}
+
+
+# -- share and streams groups (Kafka 4.2's coordinator; docs/gold.md) --------------------------------
+SHARE_TP = [{"topic_id": "AAAAAAAAAAAAAAAAAAAAAQ", "partitions": [0, 1]}]
+
+
+def rec(offset: int, rtype: int, group: str, value: dict | None, member: str | None = None) -> Entry:
+    key = {"group_id": group} if member is None else {"group_id": group, "member_id": member}
+    return Entry(0, offset, 1000 + offset, record_type=rtype, key=key, value=value, value_version=0)
+
+
+def share_join(o: int, member: str, epoch: int) -> list[Entry]:
+    return [
+        rec(
+            o,
+            10,
+            "sg",
+            {"rack_id": None, "client_id": "c", "client_host": "/h", "subscribed_topic_names": ["t"]},
+            member,
+        ),
+        rec(o + 1, 11, "sg", {"epoch": epoch, "metadata_hash": 0}),
+        rec(o + 2, 12, "sg", {"assignment_epoch": epoch, "assignment_timestamp": 0}),
+        rec(o + 3, 13, "sg", {"topic_partitions": SHARE_TP}, member),
+        rec(
+            o + 4,
+            14,
+            "sg",
+            {"member_epoch": epoch, "previous_member_epoch": epoch - 1, "state": 0, "assigned_partitions": SHARE_TP},
+            member,
+        ),
+    ]
+
+
+def share_view(r: Replay) -> tuple[str, dict]:
+    [g] = r.snapshot()["share_groups"]
+    members = {m["member_id"]: (m["current"] or {}) for m in g["members"]}
+    return g["state"], {mid: (c.get("member_epoch"), c.get("assigned_partitions")) for mid, c in members.items()}
+
+
+def test_share_member_lifecycle() -> None:
+    """A current assignment tombstone leaves the member in the group (epochs -1, nothing assigned):
+    the group stays Stable; only the member metadata tombstone removes it; tombstones of a member
+    the group does not have change nothing; a current assignment record alone makes a member."""
+    r = run(share_join(0, "m1", 1))
+    assert share_view(r) == ("Stable", {"m1": (1, SHARE_TP)})
+    r.apply_batch([rec(5, 14, "sg", None, "m1"), rec(6, 13, "sg", None, "m1"), rec(7, 11, "sg", {"epoch": 2})])
+    assert share_view(r) == ("Stable", {"m1": (-1, [])})
+    [g] = r.snapshot()["share_groups"]
+    assert g["members"][0]["current"]["state"] == 0 and g["members"][0]["target"] is None  # state kept
+    r.apply_batch([rec(8, 14, "sg", None, "ghost"), rec(9, 10, "sg", None, "ghost")])
+    assert share_view(r) == ("Stable", {"m1": (-1, [])})
+    r.apply_batch([rec(10, 10, "sg", None, "m1"), rec(11, 11, "sg", {"epoch": 3})])
+    assert share_view(r) == ("Empty", {})
+    r.apply_batch([rec(12, 14, "sg", {"member_epoch": 3, "previous_member_epoch": 2, "state": 0,
+                                      "assigned_partitions": []}, "m2")])  # fmt: skip
+    assert share_view(r) == ("Stable", {"m2": (3, [])})
+    assert listed(r) == {"sg": ("share", "share", "Stable", "metadata")}
+
+
+STREAMS_META = {"instance_id": None, "rack_id": None, "client_id": "c", "client_host": "/h", "rebalance_timeout_ms": 1,
+                "topology_epoch": 0, "process_id": "p", "user_endpoint": None, "client_tags": []}  # fmt: skip
+
+
+def streams_current(epoch: int, state: int = 1) -> dict:
+    tasks = [{"subtopology_id": "0", "partitions": [0], "assignment_epochs": None}]
+    empty: list = []
+    return {"member_epoch": epoch, "previous_member_epoch": epoch - 1, "state": state, "active_tasks": tasks,
+            "standby_tasks": empty, "warmup_tasks": empty, "active_tasks_pending_revocation": empty,
+            "standby_tasks_pending_revocation": empty, "warmup_tasks_pending_revocation": empty}  # fmt: skip
+
+
+def streams_group(epoch: int = 1, validated: int = 0, target: int = 1, current: dict | None = None,
+                  topology: int | None = 0) -> Replay:  # fmt: skip
+    batch = [
+        rec(0, 17, "st", {"epoch": epoch, "metadata_hash": 0, "validated_topology_epoch": validated}),
+        rec(1, 19, "st", STREAMS_META, "m1"),
+        rec(2, 20, "st", {"assignment_epoch": target, "assignment_timestamp": 0}),
+    ]
+    if current is not None:
+        batch.append(rec(3, 22, "st", current, "m1"))
+    if topology is not None:
+        batch.append(rec(4, 23, "st", {"epoch": topology, "subtopologies": []}))
+    return run(batch)
+
+
+@pytest.mark.parametrize(
+    ("group", "state"),
+    [
+        ({"current": streams_current(1)}, "Stable"),
+        ({"current": streams_current(1), "topology": None}, "NotReady"),  # no topology record
+        ({"current": streams_current(1), "validated": -1}, "NotReady"),  # Kafka 4.1 wrote no validated epoch
+        ({"current": streams_current(1), "topology": 1}, "NotReady"),  # a new topology, not validated yet
+        ({"current": streams_current(1), "epoch": 2}, "Assigning"),  # group epoch ahead of the target
+        ({"current": streams_current(1, state=2)}, "Reconciling"),  # revoking tasks
+        ({"current": streams_current(0)}, "Reconciling"),  # behind the target epoch
+        ({}, "Reconciling"),  # a member without a current assignment
+    ],
+)
+def test_streams_group_state_as_the_coordinator_computes_it(group: dict, state: str) -> None:
+    r = streams_group(**group)
+    assert listed(r) == {"st": ("streams", "streams", state, "metadata")}
+    [g] = r.snapshot()["streams_groups"]
+    assert g["state"] == state and g["validated_topology_epoch"] == group.get("validated", 0)
+
+
+def test_streams_member_fenced_then_removed() -> None:
+    r = streams_group(current=streams_current(1))
+    r.apply_batch([rec(5, 22, "st", None, "m1"), rec(6, 21, "st", None, "m1")])
+    [g] = r.snapshot()["streams_groups"]
+    [m] = g["members"]
+    assert (m["current"]["member_epoch"], m["current"]["previous_member_epoch"], m["current"]["state"]) == (-1, -1, 1)
+    assert m["current"]["active_tasks"] == [] and g["state"] == "Reconciling"  # epoch -1 is not the target's
+    r.apply_batch([rec(7, 19, "st", None, "m1")])
+    assert listed(r)["st"][2] == "Empty" and r.snapshot()["streams_groups"][0]["members"] == []

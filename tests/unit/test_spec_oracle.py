@@ -526,6 +526,141 @@ def test_group_tombstone_of_a_group_never_seen_leaves_a_deleted_row() -> None:
     assert (row["deleted"], row["delete_cause"]) == (True, "group_deletion")
 
 
+# -- decision 9: share and streams members ---------------------------------------------------------
+def share_join(o: int, mid: str, epoch: int) -> LogBatch:
+    return batch(
+        np(o, 10, "sg", {"rack_id": "r1", "client_id": "c", "client_host": "/h", "subscribed_topic_names": ["t"]}, mid),
+        np(o + 1, 11, "sg", {"epoch": epoch, "metadata_hash": 7}),
+        np(o + 2, 12, "sg", {"assignment_epoch": epoch, "assignment_timestamp": 0}),
+        np(o + 3, 13, "sg", {"topic_partitions": TP}, mid),
+        np(
+            o + 4,
+            14,
+            "sg",
+            {"member_epoch": epoch, "previous_member_epoch": epoch - 1, "state": 0, "assigned_partitions": TP},
+            mid,
+        ),
+    )
+
+
+def test_share_member_lifecycle() -> None:
+    """A current assignment tombstone leaves the member (epochs -1, nothing assigned, state kept);
+    only its metadata tombstone removes it; tombstones of non-members change nothing."""
+    names = {TP[0]["topic_id"]: "t"}
+    m = run(share_join(0, "m1", 1))
+    [row] = m.family_member_rows(11, names).values()
+    assert (row["member_epoch"], row["record_offset_10"], row["record_offset_13"], row["record_offset_14"]) == (
+        1,
+        0,
+        3,
+        4,
+    )
+    assert row["assigned_partitions"] == row["target_partitions"] == [{**TP[0], "topic": "t"}]
+    assert m.listed_groups()[("sg", "share")]["state"] == "Stable"
+    left = batch(np(5, 14, "sg", None, "m1"), np(6, 13, "sg", None, "m1"), np(7, 11, "sg", {"epoch": 2}))
+    m = run(share_join(0, "m1", 1), left, batch(np(8, 14, "sg", None, "ghost"), np(9, 10, "sg", None, "ghost")))
+    [row] = m.family_member_rows(11, names).values()
+    assert (row["member_epoch"], row["previous_member_epoch"], row["state"], row["assigned_partitions"]) == (
+        -1,
+        -1,
+        0,
+        [],
+    )
+    assert (row["target_partitions"], row["record_offset_13"], row["record_offset_14"]) == (None, None, 5)
+    assert row["client_id"] == "c" and m.listed_groups()[("sg", "share")]["state"] == "Stable"
+    assert m.counts["family_tombstone_of_a_non_member"] == 2
+    m = run(share_join(0, "m1", 1), left, batch(np(8, 10, "sg", None, "m1"), np(9, 11, "sg", {"epoch": 3})))
+    assert m.family_member_rows(11) == {} and m.listed_groups()[("sg", "share")]["state"] == "Empty"
+    # a current assignment record alone makes a member (without metadata)
+    m = run(share_join(0, "m1", 1), batch(np(5, 14, "sg", {"member_epoch": 1, "previous_member_epoch": 0, "state": 0,
+                                                           "assigned_partitions": []}, "m2")))  # fmt: skip
+    rows = m.family_member_rows(11)
+    assert rows[("sg", "m2")]["record_offset_10"] is None and rows[("sg", "m2")]["client_id"] is None
+    assert m.listed_groups()[("sg", "share")]["assignment_epoch"] == 1
+
+
+STREAMS_META = {"instance_id": "i", "rack_id": None, "client_id": "c", "client_host": "/h", "rebalance_timeout_ms": 9,
+                "topology_epoch": 0, "process_id": "p", "user_endpoint": {"host": "h", "port": 1},
+                "client_tags": [{"key": "k", "value": "v"}]}  # fmt: skip
+SUB = {"subtopology_id": "0", "source_topics": ["in"], "source_topic_regex": [], "state_changelog_topics": [],
+       "repartition_sink_topics": [], "repartition_source_topics": [], "copartition_groups": []}  # fmt: skip
+
+
+def streams_current(epoch: int, state: int = 1) -> dict[str, Any]:
+    tasks = [{"subtopology_id": "0", "partitions": [0], "assignment_epochs": [epoch]}]
+    none: list[Any] = []
+    return {"member_epoch": epoch, "previous_member_epoch": epoch - 1, "state": state, "active_tasks": tasks,
+            "standby_tasks": none, "warmup_tasks": none, "active_tasks_pending_revocation": none,
+            "standby_tasks_pending_revocation": none, "warmup_tasks_pending_revocation": none}  # fmt: skip
+
+
+def streams(epoch: int = 1, validated: int | None = 0, target: int = 1, cur: dict[str, Any] | None = None,
+            topology: int | None = 0) -> LogBatch:  # fmt: skip
+    meta = {"epoch": epoch, "metadata_hash": 0}
+    if validated is not None:  # a record Kafka 4.1 wrote lacks the field (decision 9: -1)
+        meta["validated_topology_epoch"] = validated
+    recs = [np(0, 17, "st", meta), np(1, 19, "st", STREAMS_META, "m1"), np(2, 20, "st", {"assignment_epoch": target})]
+    recs.append(np(3, 21, "st", {"active_tasks": [{"subtopology_id": "0", "partitions": [0]}], "standby_tasks": [],
+                                 "warmup_tasks": []}, "m1"))  # fmt: skip
+    if cur is not None:
+        recs.append(np(4, 22, "st", cur, "m1"))
+    if topology is not None:
+        recs.append(np(5, 23, "st", {"epoch": topology, "subtopologies": [SUB, {**SUB, "subtopology_id": "1"}]}))
+    return batch(*recs)
+
+
+@pytest.mark.parametrize(
+    ("group", "state"),
+    [
+        ({"cur": streams_current(1)}, "Stable"),
+        ({"cur": streams_current(1), "topology": None}, "NotReady"),
+        ({"cur": streams_current(1), "validated": None}, "NotReady"),
+        ({"cur": streams_current(1), "topology": 1}, "NotReady"),
+        ({"cur": streams_current(1), "epoch": 2}, "Assigning"),
+        ({"cur": streams_current(1, state=2)}, "Reconciling"),
+        ({"cur": streams_current(0)}, "Reconciling"),
+        ({}, "Reconciling"),
+    ],
+)
+def test_streams_group_state(group: dict[str, Any], state: str) -> None:
+    m = run(streams(**group))
+    row = m.listed_groups()[("st", "streams")]
+    assert row["state"] == state
+    validated = group.get("validated", 0)
+    assert (row["validated_topology_epoch"], row["topology_epoch"], row["assignment_epoch"]) == (
+        -1 if validated is None else validated,
+        group.get("topology", 0),
+        1,
+    )
+
+
+def test_streams_members_and_topology_rows() -> None:
+    m = run(streams(cur=streams_current(1)))
+    [row] = m.family_member_rows(17).values()
+    assert (row["process_id"], row["user_endpoint"], row["client_tags"], row["instance_id"]) == (
+        "p",
+        {"host": "h", "port": 1},
+        [{"key": "k", "value": "v"}],
+        "i",
+    )
+    assert row["active_tasks"] == [{"subtopology_id": "0", "partitions": [0], "assignment_epochs": [1]}]
+    assert row["target_active_tasks"] == [{"subtopology_id": "0", "partitions": [0]}]
+    assert (row["record_offset_19"], row["record_offset_21"], row["record_offset_22"]) == (1, 3, 4)
+    assert [(r["subtopology_id"], r["topology_epoch"], r["record_offset"]) for r in m.topology_rows()] == [
+        ("0", 0, 5),
+        ("1", 0, 5),
+    ]
+    fenced = batch(np(6, 22, "st", None, "m1"), np(7, 21, "st", None, "m1"))
+    m = run(streams(cur=streams_current(1)), fenced)
+    [row] = m.family_member_rows(17).values()
+    assert (row["member_epoch"], row["state"], row["active_tasks"], row["target_active_tasks"]) == (-1, 1, [], None)
+    assert m.listed_groups()[("st", "streams")]["state"] == "Reconciling"
+    m = run(streams(cur=streams_current(1)), fenced, batch(np(8, 19, "st", None, "m1"), np(9, 23, "st", None)))
+    assert m.family_member_rows(17) == {} and m.topology_rows() == []
+    row = m.listed_groups()[("st", "streams")]
+    assert (row["state"], row["topology_epoch"]) == ("Empty", None)
+
+
 # -- the oracle against the generator's expected state and the reference replay ---------------------
 def _total(*counters: Counter[str]) -> Counter[str]:
     out: Counter[str] = Counter()
@@ -551,12 +686,15 @@ def test_oracle_equals_the_generators_expected_state() -> None:
     assert rows["offsets"] > 800 and fields["offsets"] == 7 * rows["offsets"], rows
     assert rows["pending_transactions"] >= 20 and rows["deleted_offsets"] >= 20, rows
     assert causes["expiry"] >= 10 and causes["group_deletion"] >= 5, causes
-    assert rows["classic_groups"] >= 60 and rows["consumer_groups"] >= 30, rows
-    assert rows["share_groups"] >= 5 and rows["streams_groups"] >= 5 and rows["groups"] >= 140, rows
+    # (29 KIP-848 groups on these seeds since the generator deletes never-converted groups as
+    # classic ones)
+    assert rows["classic_groups"] >= 60 and rows["consumer_groups"] >= 25, rows
+    assert rows["share_groups"] >= 5 and rows["streams_groups"] >= 5 and rows["groups"] >= 130, rows
     assert rows["deleted_simple_groups"] >= 2 and rows["applied_offsets"] >= 90, rows
-    # the one accepted difference: a group with live classic and consumer records at once (no
-    # coordinator writes that; the generator's deletion of a never-converted group does)
-    assert accepted and all("snapshot also lists it as classic" in a for a in accepted), accepted
+    # the one difference the comparison would accept, a group with live classic and consumer
+    # records at once, is no longer in generated logs (a never-converted group is deleted as a
+    # classic group): nothing is set aside
+    assert not accepted, accepted
 
 
 def _real_clusters() -> list[Path]:
