@@ -67,9 +67,14 @@ def test_value_roundtrip(type_id: int, version: int, layout: str | None, data: s
     value = data.draw(strategy)
     encoded = encode_value(type_id, version, value, layout)
     got_version, got, got_layout = decode_value(type_id, encoded)
+    if got_layout != layout and layout is not None:
+        # an old layout's bytes can, rarely, also be an exact encoding of the current layout
+        # (its leading fields read as an array length and unknown tags); the decoder then keeps
+        # the current layout (decode_value's documented rule). Accepted only when it is such an
+        # exact encoding: the reading re-encodes to the very same bytes.
+        assert encode_value(type_id, got_version, got, got_layout) == encoded, (layout, got_layout)
+        return
     assert (got_version, got) == (version, value)
-    if layout is not None:
-        assert got_layout == layout
 
 
 @pytest.mark.parametrize("version", sorted(SUBSCRIPTION.decoders))
