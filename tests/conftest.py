@@ -34,10 +34,17 @@ def real_dir() -> Path:
 
 
 # The longest modules of the xdist tiers (measured, docs/testing.md), longest first. xdist hands
-# whole modules to workers in collection order; starting the long ones first keeps one worker
-# from being left with a long module at the end while the other idles.
+# whole modules to workers in collection order (scripts/test: --no-loadscope-reorder); starting
+# the long ones first keeps one worker from being left with a long module at the end while the
+# other idles. Builds shared between modules (tests/support/build_once.py) are made by whichever
+# module asks first: the first of their users here carries them.
 _LONGEST_FIRST = (
-    "test_fault_points",  # e2e
+    # e2e: the first fault module builds the template and the uninterrupted run; Airflow goes
+    # second so that the other fault module starts with both ready
+    "test_fault_points_bronze_gold",
+    "test_airflow",
+    "test_fault_points_silver",
+    # spark
     "test_silver_generated",
     "test_gold",
     "test_gold_splits",
