@@ -45,7 +45,8 @@ _LONGEST_FIRST = (
     "test_airflow",
     "test_fault_points_silver",
     "test_report_browser",
-    # spark
+    # spark: serve builds the shared lakehouse that the analyst guide and status read
+    "test_serve",
     "test_silver_generated",
     "test_gold",
     "test_gold_splits",
@@ -55,6 +56,7 @@ _LONGEST_FIRST = (
     "test_bronze_s3",
     "test_silver_quarantine",
     "test_silver_real",
+    "test_analyst_guide",
 )
 
 _TIER_DIRS = {"spark": "spark", "kafka": "kafka", "kafkatools": "kafkatools", "e2e": "e2e", "long": "long"}

@@ -1,7 +1,8 @@
-"""Every query of docs/analyst-guide.md runs on a lakehouse built from a generated log, and its
-rows equal what the generator says happened: its event log (what the workload did, with the log
-positions and times it wrote), its expected state (the coordinator state it meant to leave) and
-its manifest. Nothing expected here is read from gold or silver.
+"""Every query of docs/analyst-guide.md runs on a lakehouse built from a generated log (the spark
+tier's shared one: a second cluster sits beside the one queried), and its rows equal what the
+generator says happened: its event log (what the workload did, with the log positions and times
+it wrote), its expected state (the coordinator state it meant to leave) and its manifest. Nothing
+expected here is read from gold or silver.
 
 Groups that ever used a transaction are left out of the per-commit checks (their commits apply
 at a marker, so the event of a commit is not the moment it applies): the checks say so where
@@ -20,9 +21,9 @@ from typing import Any
 import pytest
 
 from pipelines.codec.segments import discover
-from pipelines.generate import generate
 from pipelines.inspect import inspect_segment, totals
 from tests.spark.gold_marts_check import rebalances_per_day
+from tests.spark.shared_lakehouse import SharedLakehouse
 from tests.support.generated import Generated
 
 REPO = Path(__file__).resolve().parents[2]
@@ -68,25 +69,12 @@ def day_of(ms: int | None) -> date | None:
 
 
 @pytest.fixture(scope="module")
-def lake(spark, tmp_path_factory: pytest.TempPathFactory) -> Generated:
-    from pipelines.bronze.ingest import ingest_segments
-    from pipelines.gold.build import run_gold
-    from pipelines.runtime.config import SegmentsSource
-    from pipelines.runtime.tables import Tables
-    from pipelines.silver.ingest import run_silver
-
-    base = tmp_path_factory.mktemp("analyst")
-    root = base / "logs"
-    # seed 23: rebalances, resets, group deletions, a transaction left hanging, KIP-848 churn
-    generate(root, 3000, seed=23, partitions=4, segment_bytes=64 * 1024)
-    for db in ("bronze", "silver", "gold", "quality"):
-        spark.sql(f"DROP SCHEMA IF EXISTS {db} CASCADE")
-    tables = Tables(spark, str(base / "lakehouse"))
-    src = SegmentsSource(kind="segments", cluster=CLUSTER, paths=[str(root)])
-    ingest_segments(spark, tables, "gen", src, "a-bronze", "/")
-    run_silver(spark, tables, "a-silver")
-    run_gold(spark, tables, "a-gold")
-    return Generated(root)
+def lake(spark, shared_lakehouse: SharedLakehouse) -> Generated:
+    """The tier's shared lakehouse (tests/spark/shared_lakehouse.py), read only: cluster c1's log
+    has rebalances, resets, group deletions, a transaction left hanging and KIP-848 churn; a
+    second cluster beside it means every query must keep to the cluster it is given."""
+    shared_lakehouse.register(spark)
+    return Generated(shared_lakehouse.logs(CLUSTER))
 
 
 @pytest.fixture(scope="module")
