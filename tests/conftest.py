@@ -55,6 +55,7 @@ _LONGEST_FIRST = (
     "test_cli_errors",
     "test_bronze_s3",
     "test_silver_quarantine",
+    "test_quality_real",  # bronze, silver and gold of the 268 real files, then every suite
     "test_silver_real",
     "test_analyst_guide",
 )

@@ -595,6 +595,8 @@ class Workload:
     def delete_new_protocol_group(self, g: Group, era: Era, kind: str) -> list:
         """Deletion order of spec 12.3: current, target, target meta, members, regex, (4), meta."""
         self.tick()
+        if not g.converted:
+            return self._delete_unconverted(g, era)
         ids = self._np_ids(kind)
         items: list[tuple[bytes, bytes | None]] = []
         for t in ("current", "target"):
@@ -613,6 +615,28 @@ class Workload:
         items.append((encode_key(ids["meta"], {"group_id": g.name}), None))
         self._forget(g)
         return [(self.part(g), self.now, items, {}, {"event": "delete_group", "group": g.name, "kind": kind})]
+
+    def _delete_unconverted(self, g: Group, era: Era) -> list:
+        """A group of a new-protocol kind still on the classic protocol (its members joined before
+        the new protocol's era and it never moved) is a classic group to Kafka: it is deleted as
+        one — members leave, then offset tombstones and the group tombstone — not with
+        new-protocol tombstones, which would leave its classic record live beside a later
+        new-protocol group (spec 12.3: one family is live at a time). It draws no random numbers, so
+        the rest of the run draws what it drew before."""
+        batches = []
+        if g.members:  # as leave_all, at the deletion's time
+            g.members = []
+            g.generation += 1
+            g.empty_since = self.now
+            items = [(encode_key(2, {"group": g.name}), self.group_value(g, era))]
+            batches.append(
+                (self.part(g), self.now, items, {}, {"event": "empty", "group": g.name, "generation": g.generation})
+            )
+        items = [(self.key_offset(g, t, p, era), None) for (t, p) in sorted(g.committed)]
+        items.append((encode_key(2, {"group": g.name}), None))
+        self._forget(g)
+        batches.append((self.part(g), self.now, items, {}, {"event": "delete_group", "group": g.name}))
+        return batches
 
     def close_open_transactions(self, leave_open: int = 1) -> list:
         """At the end, resolve all but ``leave_open`` transactions (hanging ones stay pending)."""

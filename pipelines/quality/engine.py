@@ -24,6 +24,11 @@ log = logging.getLogger("offsets_lakehouse")
 
 DATASOURCE = "offsets_lakehouse"
 RESULT_FORMAT = {"result_format": "BASIC", "partial_unexpected_count": 10}
+# Counts come from aggregates GX bundles into one Spark query per domain, but each sample of
+# unexpected values is a query of its own per expectation (a filtered scan under a limit, run
+# even when nothing is unexpected). A first pass asks for counts only (a limit of 0, which Spark
+# answers without a job); only a suite with a failing rule is validated again with samples.
+COUNTS_ONLY = {"result_format": "BASIC", "partial_unexpected_count": 0}
 
 
 @dataclass
@@ -105,12 +110,26 @@ class Engine:
     def validate(
         self, suite: Suite, df: DataFrame, params: dict[str, Any], run_id: str, names: list[str] | None = None
     ) -> list[RawResult]:
-        """Run the suite's expectations (or those in ``names``) on ``df``; one result each."""
+        """Run the suite's expectations (or those in ``names``) on ``df``; one result each. Counts
+        first; when a rule fails, again with samples of unexpected values, and that validation
+        replaces the first in the store the Data Docs are built from."""
         self._start_run(run_id)
         gx_suite = build_suite(suite, params, names)
         definition = self._definition(suite, gx_suite)
+        store = self.context.validation_results_store
+        stored = set(store.list_keys())
+        results = self._run(definition, suite, df, params, run_id, COUNTS_ONLY)
+        if all(r.success for r in results):
+            return results
+        for key in set(store.list_keys()) - stored:
+            store.remove_key(key)
+        return self._run(definition, suite, df, params, run_id, RESULT_FORMAT)
+
+    def _run(
+        self, definition, suite: Suite, df: DataFrame, params: dict[str, Any], run_id: str, result_format: dict
+    ) -> list[RawResult]:
         run = self.gx.RunIdentifier(run_name=run_id, run_time=datetime.now(timezone.utc))
-        validation = definition.run(batch_parameters={"dataframe": df}, result_format=RESULT_FORMAT, run_id=run)
+        validation = definition.run(batch_parameters={"dataframe": df}, result_format=result_format, run_id=run)
         out = []
         for r in validation.results:
             spec = suite.expectation(r.expectation_config.meta["name"])

@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 from pipelines.codec.partitioner import partition_for
 from pipelines.runtime import lake
 from pipelines.silver import KEY, QUALITY_REASON, RECORD_TABLES
+from pipelines.silver.inventory import INVENTORY_KEY
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -97,6 +98,126 @@ def silver_offset_commits(commits: DataFrame, partitions: dict[str, int | None],
     return with_partition_rule(commits.select("*", ahead), partitions)
 
 
+def silver_group_members(members: DataFrame, groups: DataFrame) -> DataFrame:
+    """One row per member of silver.group_members, plus one per group record without member rows,
+    with, per record key (the members and silver.group_metadata's rows in one window: a union, so
+    one shuffle and no join)
+    ``members_complete``  exactly one group record, whose ``member_count`` members are all there,
+                          indexed 0..n-1 once each (false for members without their record);
+    ``consumer_protocol_decoded``  for protocol type ``consumer``, the subscription and assignment
+                          bytes decoded (null for other protocol types and record-only rows)."""
+    key = list(KEY)
+    none = {c: F.lit(None).cast(t) for c, t in (("member_index", "int"), ("member_count", "int"), ("s", "string"))}
+    member_rows = members.select(
+        *key,
+        "member_index",
+        "group_id",
+        "member_id",
+        "protocol_type",
+        "protocol_error",
+        none["member_count"].alias("member_count"),
+    )
+    record_rows = groups.select(
+        *key,
+        none["member_index"].alias("member_index"),
+        "group_id",
+        *(none["s"].alias(c) for c in ("member_id", "protocol_type", "protocol_error")),
+        "member_count",
+    )
+    record = Window.partitionBy(*key)
+    index = F.col("member_index")
+    n = F.count(index).over(record)
+    complete = (
+        (F.count("member_count").over(record) == 1)  # the group record, once
+        & (F.max("member_count").over(record) == n)
+        & (F.size(F.collect_set(index).over(record)) == n)
+        & (F.coalesce(F.min(index).over(record), F.lit(0)) == 0)
+        & (F.coalesce(F.max(index).over(record), F.lit(-1)) == n - 1)
+    )
+    decoded = F.when(F.col("protocol_type") == "consumer", F.col("protocol_error").isNull())
+    rows = member_rows.unionByName(record_rows).select(
+        *key,
+        "member_index",
+        "group_id",
+        "member_id",
+        F.max("member_count").over(record).alias("member_count"),
+        n.alias("_members"),
+        complete.alias("members_complete"),
+        decoded.alias("consumer_protocol_decoded"),
+    )
+    return rows.where(index.isNotNull() | (F.col("_members") == 0)).drop("_members")
+
+
+# the record types whose tombstone keys carry more than the group id, and the field each names
+_OFFSET_TYPES = (0, 1)
+_MEMBER_TYPES = (5, 7, 8, 10, 13, 14, 19, 21, 22)
+_REGEX_TYPE = 16
+
+
+def silver_tombstones(tombstones: DataFrame, partitions: dict[str, int | None]) -> Frame:
+    """silver.tombstones plus ``tombstone_names_its_key`` (offset tombstones: topic and a partition
+    >= 0; member tombstones: member id; regex tombstones: the regex) and the partition rule."""
+    t = F.col("record_type")
+    names_key = (
+        F.when(t.isin(*_OFFSET_TYPES), F.col("topic").isNotNull() & (F.col("partition") >= 0))
+        .when(t.isin(*_MEMBER_TYPES), F.col("member_id").isNotNull())
+        .when(t == _REGEX_TYPE, F.col("regular_expression").isNotNull())
+        .otherwise(F.lit(True))
+    )
+    return with_partition_rule(
+        tombstones.select(*tombstones.columns, F.coalesce(names_key, F.lit(False)).alias("tombstone_names_its_key")),
+        partitions,
+    )
+
+
+def silver_version_inventory(inventory: DataFrame, bronze: DataFrame) -> DataFrame:
+    """silver.version_inventory plus
+    ``rows_with_key``        rows with the row's key (INVENTORY_KEY);
+    ``records_fit_offsets``  records >= 1, first <= last offset, and no more records than offsets
+                             between them (each record is one offset);
+    ``partition_census_complete``  per (cluster, offsets partition): the sum of ``records`` equals
+                             bronze's rows; a bronze partition missing from the inventory is one
+                             row with null inventory columns (bronze's counts and the inventory in
+                             one window: a union, not a join)."""
+    part = ["cluster", "offsets_partition"]
+    counts = bronze.groupBy("cluster", F.col("partition").alias("offsets_partition")).agg(
+        F.count(F.lit(1)).alias("bronze_records")
+    )
+    rows = inventory.select(*inventory.columns, F.lit(None).cast("bigint").alias("bronze_records")).unionByName(
+        counts, allowMissingColumns=True
+    )
+    in_partition = Window.partitionBy(*part)
+    inventory_records = F.coalesce(F.sum("records").over(in_partition), F.lit(0))
+    bronze_records = F.coalesce(F.max("bronze_records").over(in_partition), F.lit(0))
+    inventory_rows = F.count("records").over(in_partition)
+    fits = (
+        (F.col("records") >= 1)
+        & (F.col("first_offset") <= F.col("last_offset"))
+        & (F.col("records") <= F.col("last_offset") - F.col("first_offset") + 1)
+    )
+    judged = rows.select(
+        *inventory.columns,
+        bronze_records.alias("bronze_records"),
+        inventory_records.alias("inventory_records"),
+        inventory_rows.alias("_inventory_rows"),
+        F.when(F.col("records").isNotNull(), F.count("records").over(Window.partitionBy(*INVENTORY_KEY))).alias(
+            "rows_with_key"
+        ),
+        F.when(F.col("records").isNotNull(), fits).alias("records_fit_offsets"),
+        (inventory_records == bronze_records).alias("partition_census_complete"),
+    )
+    # the inventory's rows, and bronze's count row only where the partition has none
+    return judged.where(F.col("records").isNotNull() | (F.col("_inventory_rows") == 0)).drop("_inventory_rows")
+
+
+def silver_topic_ids(topic_ids: DataFrame) -> DataFrame:
+    """silver.topic_ids plus ``names_of_topic_id`` (how many names the cluster's log pairs the id
+    with) and ``rows_with_key`` (rows of the row's (cluster, topic_id, topic_name))."""
+    names = F.size(F.collect_set("topic_name").over(Window.partitionBy("cluster", "topic_id")))
+    rows = F.count(F.lit(1)).over(Window.partitionBy("cluster", "topic_id", "topic_name"))
+    return topic_ids.select(*topic_ids.columns, names.alias("names_of_topic_id"), rows.alias("rows_with_key"))
+
+
 def silver_quarantine(bronze: DataFrame, quarantine: DataFrame | None) -> DataFrame:
     """One row per bronze record: in quarantine for a decoder reason? its raw bytes kept?
     (Bytes are compared for quarantined records only: bronze's are joined to the quarantine.)"""
@@ -143,6 +264,192 @@ def gold_lag(lag: DataFrame) -> DataFrame:
         # null-safe: lag is null exactly when either side is unknown, else their difference
         F.col("lag").eqNullSafe(F.col("end_offset") - F.col("committed_offset")).alias("lag_is_end_minus_committed"),
         (F.col("lag").isNull() == F.col("end_offset").isNull()).alias("lag_null_iff_end_unknown"),
+    )
+
+
+# gold.current_groups.delete_cause values (schemas/tables/gold.yaml)
+DELETE_CAUSES = ("group_deletion", "expiry", "explicit_delete", "transaction_aborted", "converted")
+
+
+def gold_current_groups(groups: DataFrame) -> DataFrame:
+    """gold.current_groups plus
+    ``rows_with_key``       rows with the row's (cluster, group_id, protocol);
+    ``live_rows_of_group``  live rows with the row's (cluster, group_id), on live rows (null on
+                            deleted ones): listGroups lists an id once;
+    ``cause_matches_deleted``  deleted rows carry a known cause, live rows none;
+    ``exists_for_its_reason``  live rows: a group record's (exists_because = metadata) is traceable
+                            to it (record_offset <= state_offset); an offsets-only group's is the
+                            classic, protocol-type-"" row Kafka lists, with no record;
+    ``assignment_epoch_not_ahead``  consumer groups: the target assignment epoch <= the group epoch."""
+    live = ~F.col("deleted")
+    same_id = Window.partitionBy("cluster", "group_id")
+    live_rows = F.sum(F.when(live, 1).otherwise(0)).over(same_id)
+    cause = F.when(F.col("deleted"), F.coalesce(F.col("delete_cause").isin(*DELETE_CAUSES), F.lit(False))).otherwise(
+        F.col("delete_cause").isNull()
+    )
+    because = F.col("exists_because")
+    reason = (
+        F.when(because == "metadata", F.coalesce(F.col("record_offset") <= F.col("state_offset"), F.lit(False)))
+        .when(
+            because == "offsets",
+            F.coalesce(
+                (F.col("protocol") == "classic") & (F.col("protocol_type") == "") & F.col("record_offset").isNull(),
+                F.lit(False),
+            ),
+        )
+        .otherwise(F.lit(False))
+    )
+    ahead = F.when(live & (F.col("protocol") == "consumer"), F.col("assignment_epoch") <= F.col("generation"))
+    return groups.select(
+        *groups.columns,
+        F.count(F.lit(1)).over(Window.partitionBy("cluster", "group_id", "protocol")).alias("rows_with_key"),
+        F.when(live, live_rows).alias("live_rows_of_group"),
+        cause.alias("cause_matches_deleted"),
+        F.when(live, reason).alias("exists_for_its_reason"),
+        ahead.alias("assignment_epoch_not_ahead"),
+    )
+
+
+def gold_offset_history(history: DataFrame) -> DataFrame:
+    """gold.offset_history's interval columns plus, per key in log order (valid_from_offset):
+    ``open_iff_latest``  the interval is open (valid_to_offset null) exactly when it is the key's
+                         latest: one open interval per key, and it is the current one;
+    ``chains_to_next``   an interval followed by another ends where that one starts, in log
+                         position and log time (null-safe): no gap, no overlap; null for the latest;
+    ``time_ordered``     valid_from_timestamp <= valid_to_timestamp (null when either is unknown);
+    ``has_source_event`` the interval's event is at or before its start: the commit (record_offset)
+                         for a live state, the tombstone (deleted_offset) for a deleted one."""
+    key = ["cluster", "offsets_partition", "group_id", "topic", "partition"]
+    in_log_order = Window.partitionBy(*key).orderBy("valid_from_offset")
+    next_from = F.lead("valid_from_offset").over(in_log_order)
+    next_from_ts = F.lead("valid_from_timestamp").over(in_log_order)
+    source = F.when(F.col("deleted"), F.col("deleted_offset")).otherwise(F.col("record_offset"))
+    return history.select(
+        *key,
+        "valid_from_offset",
+        "valid_to_offset",
+        "valid_from_timestamp",
+        "valid_to_timestamp",
+        "deleted",
+        (F.col("valid_to_offset").isNull() == next_from.isNull()).alias("open_iff_latest"),
+        F.when(
+            next_from.isNotNull(),
+            F.col("valid_to_offset").eqNullSafe(next_from) & F.col("valid_to_timestamp").eqNullSafe(next_from_ts),
+        ).alias("chains_to_next"),
+        (F.col("valid_from_timestamp") <= F.col("valid_to_timestamp")).alias("time_ordered"),
+        F.coalesce(source <= F.col("valid_from_offset"), F.lit(False)).alias("has_source_event"),
+    )
+
+
+def gold_group_generations(generations: DataFrame) -> DataFrame:
+    """gold.group_generations' interval columns plus, per group in log order (started_offset):
+    ``open_only_if_latest``  only the group's latest generation may be open, and a closed latest one
+                             ended with the group's deletion;
+    ``chains_to_next``       a generation that ended with the next one ends where the next starts,
+                             with another generation number; one ended by the group's deletion ends
+                             before the next starts; an open one has no end reason;
+    ``generation_grows``     the generation after a rebalance is higher (null otherwise);
+    ``records_within``       at least one record, the last one between the start and the end, and no
+                             more records than offsets in between."""
+    key = ["cluster", "offsets_partition", "group_id"]
+    in_log_order = Window.partitionBy(*key).orderBy("started_offset")
+    next_start = F.lead("started_offset").over(in_log_order)
+    next_generation = F.lead("generation").over(in_log_order)
+    ended, reason = F.col("ended_offset"), F.col("end_reason")
+    open_only_if_latest = F.when(next_start.isNull(), ended.isNull() | (reason == "group_deleted")).otherwise(
+        ended.isNotNull()
+    )
+    chains = (
+        F.when(ended.isNull(), reason.isNull())
+        .when(reason == "next_generation", (ended == next_start) & (F.col("generation") != next_generation))
+        .when(reason == "group_deleted", next_start.isNull() | (ended < next_start))
+        .otherwise(F.lit(False))
+    )
+    last, start = F.col("last_record_offset"), F.col("started_offset")
+    within = (
+        (F.col("records") >= 1)
+        & (start <= last)
+        & (ended.isNull() | (last < ended))
+        & (F.col("records") <= last - start + 1)
+    )
+    return generations.select(
+        *key,
+        "generation",
+        "started_offset",
+        "ended_offset",
+        "end_reason",
+        "records",
+        "last_record_offset",
+        open_only_if_latest.alias("open_only_if_latest"),
+        F.coalesce(chains, F.lit(False)).alias("chains_to_next"),
+        F.when(reason == "next_generation", next_generation > F.col("generation")).alias("generation_grows"),
+        F.coalesce(within, F.lit(False)).alias("records_within"),
+    )
+
+
+def _topic_partitions(column: str):
+    """array<struct<topic_id, ..., partitions>> -> array<struct<topic_id, partition>>."""
+    return F.flatten(
+        F.transform(
+            F.col(column),
+            lambda t: F.transform(t["partitions"], lambda p: F.struct(t["topic_id"].alias("t"), p.alias("p"))),
+        )
+    )
+
+
+def gold_consumer_group_members(members: DataFrame, groups: DataFrame) -> DataFrame:
+    """gold.consumer_group_members plus ``rows_with_key`` (rows of the row's (cluster, group_id,
+    member_id)) and, from gold.current_groups' live consumer group of the member,
+    ``in_live_group``  the member's group is a live consumer group (the coordinator writes a
+                       member's tombstones before its group's);
+    ``member_epoch_not_ahead``  member_epoch <= the group epoch (null without both);
+    ``assigned_and_revoking_disjoint``  no (topic id, partition) both assigned and pending
+                       revocation (null when either list is unknown)."""
+    live = groups.where(~F.col("deleted") & (F.col("protocol") == "consumer")).select(
+        "cluster", "group_id", F.col("generation").alias("group_epoch"), F.lit(True).alias("_group")
+    )
+    joined = members.join(F.broadcast(live), ["cluster", "group_id"], "left")
+    overlap = F.arrays_overlap(
+        _topic_partitions("assigned_partitions"), _topic_partitions("partitions_pending_revocation")
+    )
+    return joined.select(
+        "cluster",
+        "offsets_partition",
+        "group_id",
+        "member_id",
+        "member_epoch",
+        "state",
+        "group_epoch",
+        F.count(F.lit(1)).over(Window.partitionBy("cluster", "group_id", "member_id")).alias("rows_with_key"),
+        F.coalesce(F.col("_group"), F.lit(False)).alias("in_live_group"),
+        (F.col("member_epoch") <= F.col("group_epoch")).alias("member_epoch_not_ahead"),
+        (~overlap).alias("assigned_and_revoking_disjoint"),
+    )
+
+
+def gold_partition_progress(progress: DataFrame, inventory: DataFrame | None) -> DataFrame:
+    """gold.partition_progress plus
+    ``rows_with_key``       rows of the row's (cluster, offsets_partition);
+    ``events_fit_applied``  no applied offset and no event, or between 1 and applied_offset + 1
+                            events (each event is a distinct offset <= the applied one);
+    ``applied_within_silver``  the applied offset is at or below the last record silver holds for
+                            the partition (silver.version_inventory; false when silver holds none)."""
+    part = ["cluster", "offsets_partition"]
+    if inventory is None:
+        inventory = progress.sparkSession.createDataFrame(
+            [], "cluster string, offsets_partition int, last_offset bigint"
+        )
+    last = inventory.groupBy(*part).agg(F.max("last_offset").alias("silver_last_offset"))
+    joined = progress.join(F.broadcast(last), part, "left")
+    applied, events = F.col("applied_offset"), F.col("events_applied")
+    fits = F.when(applied.isNull(), events == 0).otherwise((events >= 1) & (events <= applied + 1))
+    within = F.when(applied.isNotNull(), F.coalesce(applied <= F.col("silver_last_offset"), F.lit(False)))
+    return joined.select(
+        *progress.columns,
+        "silver_last_offset",
+        F.count(F.lit(1)).over(Window.partitionBy(*part)).alias("rows_with_key"),
+        fits.alias("events_fit_applied"),
+        within.alias("applied_within_silver"),
     )
 
 
@@ -227,20 +534,23 @@ def _read(spark: SparkSession, tables: Tables, layer: str, table: str) -> DataFr
 
 def load_frame(name: str, spark: SparkSession, tables: Tables, inputs: Inputs) -> Frame:
     """The frame of the suite ``name`` from the lakehouse's tables."""
-    bronze = _read(spark, tables, "bronze", "offsets_records")
-    if bronze is None:
+    if not lake.exists(spark, tables.path("bronze", "offsets_records")):
         return Frame(None, missing="no bronze.offsets_records table yet")
+
+    def bronze() -> DataFrame:  # read by the frames that use it only (a snapshot read per suite adds up)
+        return lake.read(spark, tables.path("bronze", "offsets_records"))  # type: ignore[return-value]
+
     if name == "bronze.offsets_records":
-        return Frame(bronze_offsets_records(bronze))
+        return Frame(bronze_offsets_records(bronze()))
     if name == "silver.quarantine":
         if _read(spark, tables, "silver", "progress") is None:
             return Frame(None, missing="silver has not run yet")
-        return Frame(silver_quarantine(bronze, _read(spark, tables, "silver", "quarantine")))
+        return Frame(silver_quarantine(bronze(), _read(spark, tables, "silver", "quarantine")))
     if name == "gold.reconciliation":
         if _read(spark, tables, "silver", "progress") is None:
             return Frame(None, missing="silver has not run yet")
         silver = [df for t in RECORD_TABLES if (df := _read(spark, tables, "silver", t)) is not None]
-        return Frame(gold_reconciliation(bronze, silver))
+        return Frame(gold_reconciliation(bronze(), silver))
     if name == "gold.truth_snapshot":
         if inputs.truth is None:
             return Frame(None, missing="no truth snapshot (quality.truth_snapshot in jobs.yaml)")
@@ -256,10 +566,36 @@ def load_frame(name: str, spark: SparkSession, tables: Tables, inputs: Inputs) -
         return silver_offset_commits(df, inputs.partitions, inputs.now_ms)
     if name == "silver.group_metadata":
         return with_partition_rule(df, inputs.partitions)
+    if name == "silver.group_members":
+        groups = _read(spark, tables, "silver", "group_metadata")
+        if groups is None:  # members without any group record: every one of them is an orphan
+            groups = spark.createDataFrame(
+                [], "cluster string, offsets_partition int, record_offset bigint, group_id string, member_count int"
+            )
+        return Frame(silver_group_members(df, groups))
+    if name == "silver.tombstones":
+        return silver_tombstones(df, inputs.partitions)
+    if name == "silver.version_inventory":
+        return Frame(silver_version_inventory(df, bronze()))
+    if name == "silver.topic_ids":
+        return Frame(silver_topic_ids(df))
+    if name == "gold.current_groups":
+        return Frame(gold_current_groups(df))
+    if name == "gold.offset_history":
+        return Frame(gold_offset_history(df))
+    if name == "gold.group_generations":
+        return Frame(gold_group_generations(df))
+    if name == "gold.consumer_group_members":
+        groups = _read(spark, tables, "gold", "current_groups")
+        if groups is None:
+            return Frame(None, missing="no gold.current_groups table yet")
+        return Frame(gold_consumer_group_members(df, groups))
+    if name == "gold.partition_progress":
+        return Frame(gold_partition_progress(df, _read(spark, tables, "silver", "version_inventory")))
     if name == "gold.current_offsets":
         return Frame(gold_current_offsets(df))
     if name == "gold.pending_transactions":
-        return Frame(gold_pending_transactions(df, bronze))
+        return Frame(gold_pending_transactions(df, bronze()))
     if name in ("gold.current_lag", "gold.lag_history"):
         return Frame(gold_lag(df))
     return Frame(df)

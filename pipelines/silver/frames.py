@@ -19,6 +19,7 @@ from pyspark.sql import functions as F
 
 from pipelines.silver.contract import KEY, MEMBER_TABLE, RECORD_TABLES
 from pipelines.silver.decode import INPUT_COLUMNS, DecodePlan
+from pipelines.silver.inventory import combine_census
 from pipelines.silver.split import BLOB_DDL, INVENTORY, RESOLVABLE, TOPIC_IDS, decode_blobs, unpack
 
 if TYPE_CHECKING:
@@ -46,18 +47,15 @@ class Decoded:
         ddl = tables.spec("silver", name).ddl_columns()
         return self.blobs.where(F.col("table") == name).select("data").mapInArrow(unpack, ddl)
 
-    def inventory_frame(self) -> DataFrame:
-        return self.spark.createDataFrame(self.inventory)  # type: ignore[arg-type]
-
-    def topic_pairs(self) -> DataFrame:
+    def topic_pairs_table(self) -> pa.Table:
         """The topic id pairs of these rows, each with its earliest record time."""
         pairs = self.topics
-        if pairs is not None and pairs.num_rows:
-            pairs = pairs.group_by(["cluster", "topic_id", "topic_name"], use_threads=False).aggregate(
-                [("first_seen", "min")]
-            )
-            pairs = pairs.rename_columns(["cluster", "topic_id", "topic_name", "first_seen"])
-        return self.spark.createDataFrame(pairs)  # type: ignore[arg-type]
+        if pairs is None or not pairs.num_rows:
+            return pairs if pairs is not None else pa.table({})
+        pairs = pairs.group_by(["cluster", "topic_id", "topic_name"], use_threads=False).aggregate(
+            [("first_seen", "min")]
+        )
+        return pairs.rename_columns(["cluster", "topic_id", "topic_name", "first_seen"])
 
     def released_keys(self, tables: Tables) -> DataFrame:
         """(cluster, offsets_partition, record_offset, _released) of every decoded row: released
@@ -103,7 +101,7 @@ def decode_frame(rows: DataFrame, plan: DecodePlan) -> Decoded:
     small = blobs.where(F.col("table").isin(INVENTORY, TOPIC_IDS)).select("table", "data").collect()
     inventory = [pa.ipc.open_stream(r["data"]).read_all() for r in small if r["table"] == INVENTORY]
     topics = [pa.ipc.open_stream(r["data"]).read_all() for r in small if r["table"] == TOPIC_IDS]
-    decoded.inventory = _combined(inventory, plan.tables["version_inventory"])
+    decoded.inventory = combine_census(inventory, plan.tables["version_inventory"])
     decoded.topics = pa.concat_tables(topics) if topics else plan.tables["topic_ids"].empty_table()
     inv = decoded.inventory
     counts["_rows"] = int(pc.sum(inv.column("records")).as_py() or 0) if inv.num_rows else 0
@@ -113,26 +111,3 @@ def decode_frame(rows: DataFrame, plan: DecodePlan) -> Decoded:
     counts["_topic_ids_to_resolve"] = counts.pop(RESOLVABLE, 0)
     decoded.counts = counts
     return decoded
-
-
-def _combined(parts: list[pa.Table], schema: pa.Schema) -> pa.Table:
-    """Census rows of several batches as one census: counts added, first and last seen widened."""
-    if not parts:
-        return schema.empty_table()
-    rows = pa.concat_tables(parts)
-    keys = [f.name for f in schema if f.name not in _CENSUS_AGGREGATES]
-    grouped = rows.group_by(keys, use_threads=False).aggregate(
-        [(column, how) for column, how in _CENSUS_AGGREGATES.items()]
-    )
-    cols = [grouped.column(f.name if f.name in keys else f"{f.name}_{_CENSUS_AGGREGATES[f.name]}").cast(f.type)
-            for f in schema]  # fmt: skip
-    return pa.Table.from_arrays(cols, schema=schema)
-
-
-_CENSUS_AGGREGATES = {
-    "records": "sum",
-    "first_offset": "min",
-    "last_offset": "max",
-    "first_timestamp": "min",
-    "last_timestamp": "max",
-}

@@ -140,7 +140,7 @@ def run_silver(spark: SparkSession, tables: Tables, run_id: str, full_refresh: b
                 refresh_tables(spark, tables, decoded, result)
             faults.point("silver.before_derived")
             with result.steps("inventory"):  # the census of the whole snapshot, made while decoding it
-                replace_inventory(spark, tables, decoded.inventory_frame())
+                replace_inventory(spark, tables, decoded.inventory)
         else:
             # the intent row: a run killed from here on makes the next run MERGE instead of append
             write_progress(spark, tables, run_id, "started", latest, result.bronze_rows, {"from": watermark})
@@ -163,9 +163,9 @@ def run_silver(spark: SparkSession, tables: Tables, run_id: str, full_refresh: b
                     result.topic_names_resolved = resolve_topic_names(spark, tables, learnt)
             with result.steps("inventory"):
                 if append and inserts is not None:  # rows silver never counted: add them to their partitions' census
-                    add_to_inventory(spark, tables, decoded.inventory_frame(), pairs, latest)
+                    add_to_inventory(spark, tables, decoded.inventory, pairs, latest)
                 elif last is None:  # the first run decoded all of bronze, and nothing was quarantined before
-                    replace_inventory(spark, tables, decoded.inventory_frame())
+                    replace_inventory(spark, tables, decoded.inventory)
                 else:
                     changed = True if sum(result.inserted.values()) else None
                     update_inventory(spark, tables, latest, pairs, changed=changed)

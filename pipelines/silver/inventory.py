@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
 from pyspark.sql import functions as F
 
 from pipelines.runtime import lake
+from pipelines.runtime.ddl import arrow_type
 from pipelines.runtime.lake import partitions_predicate
 from pipelines.silver.contract import BRONZE, KEY
 from pipelines.silver.store import read_table, table_exists
@@ -94,42 +96,55 @@ def update_inventory(
     )
 
 
-def replace_inventory(spark: SparkSession, tables: Tables, fresh: DataFrame) -> None:
+def replace_inventory(spark: SparkSession, tables: Tables, fresh: pa.Table) -> None:
     """The inventory is ``fresh``, the census of every record silver processed (a first run, a full
     refresh: the run decoded the whole bronze snapshot, so its census is the inventory)."""
     tables.ensure("silver", "version_inventory")
-    columns = [c.name for c in tables.spec("silver", "version_inventory").columns]
-    lake.replace_where(fresh.select(*columns), tables.path("silver", "version_inventory"))
+    schema = tables.spec("silver", "version_inventory").struct()
+    frame = spark.createDataFrame(fresh.select(schema.fieldNames()), schema)
+    lake.replace_where(frame, tables.path("silver", "version_inventory"))
 
 
 def add_to_inventory(
     spark: SparkSession,
     tables: Tables,
-    fresh: DataFrame,
+    fresh: pa.Table,
     pairs: list[tuple[str, int]],
     bronze_version: int,
 ) -> None:
     """Count rows silver has never counted (an appending run's rows; ``fresh``: their census, made
-    while they were decoded) into the inventory of their partitions: the stored counts plus theirs,
-    first and last seen widened. Work follows the new rows and the inventory's size, not the log's."""
+    while they were decoded) into the inventory: the stored counts plus theirs, first and last seen
+    widened. The inventory is small (a row per partition, record type, version and status): it is
+    combined and rewritten whole on the driver, one commit. Work follows the new rows and the
+    inventory's size, not the log's."""
     if not pairs:
         return
-    if not table_exists(spark, tables, "version_inventory"):
+    stored = lake.read_arrow(spark, tables.path("silver", "version_inventory"))
+    if stored is None:
         update_inventory(spark, tables, bronze_version, pairs)
         return
-    where = partitions_predicate(pairs)
-    columns = [c.name for c in tables.spec("silver", "version_inventory").columns]
-    stored = read_table(spark, tables, "version_inventory").where(where)  # type: ignore[union-attr]
-    combined = (
-        stored.unionByName(fresh.select(*columns))
-        .groupBy(*INVENTORY_KEY)
-        .agg(
-            F.sum("records").alias("records"),
-            F.min("first_offset").alias("first_offset"),
-            F.max("last_offset").alias("last_offset"),
-            F.min("first_timestamp").alias("first_timestamp"),
-            F.max("last_timestamp").alias("last_timestamp"),
-        )
-        .select(*columns)
+    spec = tables.spec("silver", "version_inventory")
+    schema = pa.schema([pa.field(c.name, arrow_type(c.type)) for c in spec.columns])
+    replace_inventory(spark, tables, combine_census([stored, fresh], schema))
+
+
+def combine_census(parts: list[pa.Table], schema: pa.Schema) -> pa.Table:
+    """Census rows of several parts as one census: counts added, first and last seen widened."""
+    if not parts:
+        return schema.empty_table()
+    rows = pa.concat_tables([p.select(schema.names).cast(schema) for p in parts])
+    grouped = rows.group_by(list(INVENTORY_KEY), use_threads=False).aggregate(
+        [(column, how) for column, how in CENSUS_AGGREGATES.items()]
     )
-    lake.replace_where(combined, tables.path("silver", "version_inventory"), where)
+    cols = [grouped.column(n if n in INVENTORY_KEY else f"{n}_{CENSUS_AGGREGATES[n]}").cast(schema.field(n).type)
+            for n in schema.names]  # fmt: skip
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
+CENSUS_AGGREGATES = {
+    "records": "sum",
+    "first_offset": "min",
+    "last_offset": "max",
+    "first_timestamp": "min",
+    "last_timestamp": "max",
+}

@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import functions as F
 
 from pipelines.runtime import lake
-from pipelines.runtime.lake import key_condition, sql_in_list
+from pipelines.runtime.lake import sql_in_list
 from pipelines.silver.contract import KEY
-from pipelines.silver.store import read_table, table_exists
+from pipelines.silver.store import read_table
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -39,28 +39,30 @@ def update_topic_ids(spark: SparkSession, tables: Tables, decoded: Decoded, over
 
     Pairs are only ever added and ``first_seen`` only ever lowered, so applying the same rows
     again (a re-run, a re-processed range) changes nothing and the order of runs does not matter.
+    The table is small (a row per topic name a cluster's log carries): it is compared and
+    rewritten whole on the driver, one commit when something was learnt, none otherwise.
     """
-    fresh = decoded.topic_pairs().select(*[c.name for c in tables.spec("silver", "topic_ids").columns]).persist()
-    try:
-        path = tables.path("silver", "topic_ids")
-        new_table = not table_exists(spark, tables, "topic_ids")
-        if new_table:
-            tables.ensure("silver", "topic_ids")
-        if overwrite or new_table:
-            lake.replace_where(fresh, path)
-            return {r[0] for r in fresh.select("cluster").distinct().collect()}
-        earlier = "s.first_seen < t.first_seen OR (t.first_seen IS NULL AND s.first_seen IS NOT NULL)"
-        existing = read_table(spark, tables, "topic_ids")
-        on = F.expr(key_condition(TOPIC_ID_KEY))
-        news = fresh.alias("s").join(existing.alias("t"), on, "left").where(f"t.topic_id IS NULL OR {earlier}")
-        learnt = {r[0] for r in news.select("s.cluster").distinct().collect()}
-        if learnt:
-            lake.merge(
-                spark, path, fresh, TOPIC_ID_KEY, update={"first_seen": "s.first_seen"}, update_if=earlier, insert=True
-            )
-        return learnt
-    finally:
-        fresh.unpersist()
+    fresh = decoded.topic_pairs_table()
+    path = tables.path("silver", "topic_ids")
+    existing = None if overwrite else lake.read_arrow(spark, path)
+    rows = {} if existing is None else {tuple(r[k] for k in TOPIC_ID_KEY): r for r in existing.to_pylist()}
+    learnt = set()
+    for r in fresh.to_pylist():
+        key = tuple(r[k] for k in TOPIC_ID_KEY)
+        known = rows.get(key)
+        if known is None or _earlier(r["first_seen"], known["first_seen"]):
+            rows[key] = r
+            learnt.add(r["cluster"])
+    if existing is None or learnt:
+        tables.ensure("silver", "topic_ids")
+        schema = tables.spec("silver", "topic_ids").struct()
+        frame = spark.createDataFrame([tuple(r[f] for f in schema.fieldNames()) for r in rows.values()], schema)
+        lake.replace_where(frame, path)
+    return learnt
+
+
+def _earlier(new: Any, old: Any) -> bool:
+    return new is not None and (old is None or new < old)
 
 
 def named_rows_in(spark: SparkSession, tables: Tables, clusters: set[str]) -> bool:
@@ -68,11 +70,10 @@ def named_rows_in(spark: SparkSession, tables: Tables, clusters: set[str]) -> bo
 
     Asked of version_inventory, which this run has not updated yet.
     """
-    inventory = read_table(spark, tables, "version_inventory")
+    inventory = lake.read_arrow(spark, tables.path("silver", "version_inventory"), ["cluster", "record_type"])
     if inventory is None or not clusters:
         return False
-    listed = sql_in_list(clusters)
-    return bool(inventory.where(f"cluster IN ({listed}) AND record_type IN (7, 8, 13, 14)").limit(1).count())
+    return any(c in clusters and t in (7, 8, 13, 14) for c, t in zip(*inventory.to_pydict().values(), strict=True))
 
 
 def topic_names(spark: SparkSession, tables: Tables) -> DataFrame:

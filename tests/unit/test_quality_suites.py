@@ -34,6 +34,15 @@ REQUIRED_SUITES = {
     "gold.truth_snapshot",
     "gold.current_lag",
     "gold.lag_history",
+    "silver.group_members",
+    "silver.tombstones",
+    "silver.version_inventory",
+    "silver.topic_ids",
+    "gold.current_groups",
+    "gold.offset_history",
+    "gold.group_generations",
+    "gold.consumer_group_members",
+    "gold.partition_progress",
 }
 
 
