@@ -52,7 +52,12 @@ def test_watermarks_per_cluster_and_per_partition(spark, shared_lakehouse: Share
     expected_summary = []
     for cluster in sorted(logs):
         files = file_census(logs[cluster])
-        assert len(files) == CLUSTERS[cluster].partitions
+        # the partitions the generator wrote records to (c1's partition 3 stays empty: it must
+        # not show up), and several per cluster
+        manifest = json.loads((logs[cluster] / "generator-manifest.json").read_text())
+        written = {int(p) for p, n in manifest["records_per_partition"].items() if n}
+        assert len(manifest["records_per_partition"]) == CLUSTERS[cluster].partitions
+        assert sorted(files) == sorted(written) and len(files) >= 2, (cluster, sorted(files))
         expected_parts += [{"cluster": cluster, "partition": p, **files[p]} for p in sorted(files)]
         expected_summary.append(
             {
