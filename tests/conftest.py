@@ -34,10 +34,19 @@ def real_dir() -> Path:
 
 
 # The longest modules of the xdist tiers (measured, docs/testing.md), longest first. xdist hands
-# whole modules to workers in collection order; starting the long ones first keeps one worker
-# from being left with a long module at the end while the other idles.
+# whole modules to workers in collection order (scripts/test: --no-loadscope-reorder); starting
+# the long ones first keeps one worker from being left with a long module at the end while the
+# other idles. Builds shared between modules (tests/support/build_once.py) are made by whichever
+# module asks first: the first of their users here carries them.
 _LONGEST_FIRST = (
-    "test_fault_points",  # e2e
+    # e2e: the first fault module builds the template and the uninterrupted run (the report reads
+    # the latter); Airflow goes second so that the other fault module starts with both ready
+    "test_fault_points_bronze_gold",
+    "test_airflow",
+    "test_fault_points_silver",
+    "test_report_browser",
+    # spark: serve builds the shared lakehouse that the analyst guide and status read
+    "test_serve",
     "test_silver_generated",
     "test_gold",
     "test_gold_splits",
@@ -48,6 +57,7 @@ _LONGEST_FIRST = (
     "test_silver_quarantine",
     "test_quality_real",  # bronze, silver and gold of the 268 real files, then every suite
     "test_silver_real",
+    "test_analyst_guide",
 )
 
 _TIER_DIRS = {"spark": "spark", "kafka": "kafka", "kafkatools": "kafkatools", "e2e": "e2e", "long": "long"}

@@ -16,12 +16,18 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def jobs_file(
-    tmp_path: Path, logs: Path, stages: list[str], name: str = "jobs.yaml", split_bytes: int | None = None
+    tmp_path: Path,
+    logs: Path,
+    stages: list[str],
+    name: str = "jobs.yaml",
+    split_bytes: int | None = None,
+    root: Path | None = None,
 ) -> Path:
+    """``tmp_path/name``: job ``j`` over ``logs`` into the lakehouse at ``root`` (``tmp_path/lakehouse``)."""
     split = f", split_bytes: {split_bytes}" if split_bytes else ""
     path = tmp_path / name
     path.write_text(f"""
-lakehouse: {{root: {tmp_path / "lakehouse"}}}
+lakehouse: {{root: {root or tmp_path / "lakehouse"}}}
 spark:
   master: local[2]
   conf: {{spark.sql.shuffle.partitions: "4", spark.ui.enabled: "false"}}

@@ -1,5 +1,6 @@
-"""`offsets-lakehouse report` in a real browser: a lakehouse is built from a generated log, the
-real command (a subprocess) writes the page for one group, and headless Chromium opens it
+"""`offsets-lakehouse report` in a real browser: on a lakehouse built from a generated log (the
+fault-point tests' uninterrupted one, tests/e2e/fault_cases.py: a first and an incremental run,
+shared and read only), the real command (a subprocess) writes the page for one group, and headless Chromium opens it
 offline. Every plot is an <svg> with data marks in its `data-plot` section (lag: the placeholder
 until gold.lag_history exists), and the numbers shown equal what the generator's event log and
 manifest say; a screenshot is kept in test-artifacts/. A second page for all groups is built in
@@ -20,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.generate import generate
 from pipelines.report import LAG_PLACEHOLDER
 from pipelines.runtime.tables import load_specs
-from tests.e2e.jobrun import jobs_file, run_here
+from tests.e2e.fault_cases import STAGES, Template, Uninterrupted
+from tests.e2e.jobrun import jobs_file
 from tests.support.browser import browse
 from tests.support.generated import Generated
 
@@ -93,13 +94,14 @@ def rendered(index: Path) -> dict[str, dict]:
 
 
 @pytest.fixture(scope="module")
-def lakehouse(spark, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Generated]:
+def lakehouse(
+    fault_template: Template, uninterrupted: Uninterrupted, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, Generated]:
+    """A jobs.yaml over the shared uninterrupted lakehouse, in a directory of this module's own
+    (where the pages go), and the generator's account of its log."""
     base = tmp_path_factory.mktemp("report")
-    logs = base / "logs"
-    generate(logs, 3000, seed=23, partitions=4, segment_bytes=64 * 1024)
-    config = jobs_file(base, logs, ["bronze", "silver", "gold"])
-    run_here(config)
-    return config, Generated(logs)
+    config = jobs_file(base, fault_template.full, STAGES, root=uninterrupted.lakehouse)
+    return config, Generated(fault_template.full)
 
 
 def busiest_plain_group(gen: Generated) -> str:
@@ -191,9 +193,8 @@ def test_report_without_gold_says_so(lakehouse, tmp_path: Path) -> None:
     from pipelines.report import ReportError, build_report
     from pipelines.runner import Context
 
-    config, _ = lakehouse
-    empty = tmp_path / "jobs.yaml"
-    empty.write_text(config.read_text().replace(str(config.parent / "lakehouse"), str(tmp_path / "empty")))
+    _, gen = lakehouse
+    empty = jobs_file(tmp_path, gen.root, STAGES, root=tmp_path / "empty")
     with pytest.raises(ReportError, match=r"no gold.offset_history.*run a job with gold first"):
         build_report(Context(empty), tmp_path / "out")
     assert not (tmp_path / "out").exists()

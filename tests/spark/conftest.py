@@ -36,3 +36,15 @@ def tables(spark, tmp_path: Path):
     for db in ("bronze", "silver", "gold", "quality"):
         spark.sql(f"DROP SCHEMA IF EXISTS {db} CASCADE")
     return Tables(spark, str(tmp_path / "lakehouse"))
+
+
+@pytest.fixture(scope="session")
+def shared_lakehouse(spark, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """The tier's one generated lakehouse for readers (tests/spark/shared_lakehouse.py): built
+    once per run whichever worker asks first, left exactly as built by every test."""
+    from tests.spark.shared_lakehouse import SharedLakehouse, build
+    from tests.support.build_once import assert_unchanged, build_once
+
+    shared = SharedLakehouse(build_once(tmp_path_factory, "shared-lakehouse", lambda base: build(base, spark)))
+    yield shared
+    assert_unchanged(shared.base)

@@ -1,9 +1,9 @@
 """Reading the lakehouse from outside a job (docs/sql.md): `serve` over JDBC (beeline) and Spark
 Connect, `sql --format`, `tables`, and gold read without Spark by delta-rs and Polars.
 
-One small lakehouse for the module (a generated log through bronze, silver and gold, in this
-process); every answer is compared with what this process's own Spark session reads from the
-same tables, or with the files on disk and the declarations.
+A copy of the spark tier's shared lakehouse (two generated logs through bronze, silver and gold,
+tests/spark/shared_lakehouse.py); every answer is compared with what this process's own Spark
+session reads from the same tables, or with the files on disk and the declarations.
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ import pytest
 from click.testing import CliRunner
 
 from pipelines.cli.main import cli
-from pipelines.generate import generate
-from pipelines.runner import Context, run_job
+from pipelines.runner import Context
 from pipelines.runtime.jars import pyspark_jars_dir
 from pipelines.runtime.tables import load_specs, load_views
+from tests.spark.shared_lakehouse import SharedLakehouse
 
 OFFSETS_QUERY = (
     "SELECT group_id, topic, `partition`, committed_offset, metadata, deleted, delete_cause "
@@ -47,28 +47,15 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def lakehouse(spark, tmp_path_factory: pytest.TempPathFactory) -> Context:
-    base = tmp_path_factory.mktemp("serve")
-    gen = base / "gen"
-    generate(gen, 3000, seed=21, partitions=2)
-    (base / "jobs.yaml").write_text(
-        f"""
-lakehouse: {{root: {base / "lakehouse"}}}
-spark:
-  master: "local[2]"
-  conf: {{spark.ui.enabled: "false", spark.sql.shuffle.partitions: "2", spark.driver.memory: "1g"}}
-sources:
-  gen: {{kind: segments, cluster: gen, paths: ["{gen}"], offsets_partitions: 2}}
-jobs:
-  lake: {{sources: [gen], stages: [bronze, silver, gold]}}
-"""
-    )
+def lakehouse(spark, shared_lakehouse: SharedLakehouse, tmp_path_factory: pytest.TempPathFactory) -> Context:
+    """A copy of the tier's shared lakehouse (a test here creates a table in it), registered in
+    this process's session."""
+    config = shared_lakehouse.copy_to(tmp_path_factory.mktemp("serve"))
+    ctx = Context(config)
+    ctx._spark = spark
     for db in ("bronze", "silver", "gold", "quality"):
         spark.sql(f"DROP SCHEMA IF EXISTS {db} CASCADE")
-    ctx = Context(base / "jobs.yaml")
-    ctx._spark = spark
-    report = run_job(ctx, "lake")
-    assert report.status == "ok", report.to_json()
+    ctx.tables.register_existing()
     return ctx
 
 

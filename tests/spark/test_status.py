@@ -1,32 +1,18 @@
 """``offsets-lakehouse status``: bronze watermarks summed up per cluster by default, per partition
 with --partitions (docs/cli.md), both against the segment files' own census (``inspect``, not
-Spark)."""
+Spark), on the spark tier's shared lakehouse (two clusters, tests/spark/shared_lakehouse.py)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-import pytest
 from click.testing import CliRunner
 
-from pipelines.bronze.ingest import ingest_segments
 from pipelines.cli.main import cli
 from pipelines.codec.segments import discover
-from pipelines.generate import generate
 from pipelines.inspect import inspect_segment
-from pipelines.runtime.config import SegmentsSource
-
-CLUSTERS = {"east": (1500, 3, 11), "west": (1000, 2, 12)}  # cluster -> records, partitions, seed
-
-
-@pytest.fixture(scope="module")
-def logs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    out = {}
-    for cluster, (records, partitions, seed) in CLUSTERS.items():
-        out[cluster] = tmp_path_factory.mktemp(f"status-{cluster}") / "logs"
-        generate(out[cluster], records, seed=seed, partitions=partitions, segment_bytes=16 * 1024)
-    return out
+from tests.spark.shared_lakehouse import CLUSTERS, SharedLakehouse
 
 
 def file_census(logs: Path) -> dict[int, dict[str, int]]:
@@ -49,16 +35,14 @@ def status_json(config: Path, *extra: str) -> dict:
     return json.loads(out.stdout)
 
 
-def test_watermarks_per_cluster_and_per_partition(spark, tables, logs: dict[str, Path], tmp_path: Path) -> None:
-    for cluster, path in logs.items():
-        src = SegmentsSource(kind="segments", cluster=cluster, paths=[str(path)])
-        ingest_segments(spark, tables, cluster, src, f"run-{cluster}", str(path))
-    config = tmp_path / "jobs.yaml"
+def test_watermarks_per_cluster_and_per_partition(spark, shared_lakehouse: SharedLakehouse, tmp_path: Path) -> None:
+    logs = {cluster: shared_lakehouse.logs(cluster) for cluster in CLUSTERS}
+    config = tmp_path / "jobs.yaml"  # the shared lakehouse, read only
     config.write_text(
-        f"lakehouse: {{root: {tables.root}}}\n"
+        f"lakehouse: {{root: {shared_lakehouse.root}}}\n"
         "spark: {master: 'local[2]'}\n"
-        f"sources: {{east: {{kind: segments, cluster: east, paths: [{logs['east']}]}}}}\n"
-        "jobs: {j: {sources: [east], stages: [bronze]}}\n"
+        f"sources: {{c1: {{kind: segments, cluster: c1, paths: [{logs['c1']}]}}}}\n"
+        "jobs: {j: {sources: [c1], stages: [bronze]}}\n"
     )
     summary = status_json(config)
     detailed = status_json(config, "--partitions")
@@ -68,7 +52,12 @@ def test_watermarks_per_cluster_and_per_partition(spark, tables, logs: dict[str,
     expected_summary = []
     for cluster in sorted(logs):
         files = file_census(logs[cluster])
-        assert len(files) == CLUSTERS[cluster][1]
+        # the partitions the generator wrote records to (c1's partition 3 stays empty: it must
+        # not show up), and several per cluster
+        manifest = json.loads((logs[cluster] / "generator-manifest.json").read_text())
+        written = {int(p) for p, n in manifest["records_per_partition"].items() if n}
+        assert len(manifest["records_per_partition"]) == CLUSTERS[cluster].partitions
+        assert sorted(files) == sorted(written) and len(files) >= 2, (cluster, sorted(files))
         expected_parts += [{"cluster": cluster, "partition": p, **files[p]} for p in sorted(files)]
         expected_summary.append(
             {
