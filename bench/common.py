@@ -4,6 +4,7 @@ increment), the Spark session, the result table, and gold against the generator'
 from __future__ import annotations
 
 import filecmp
+import hashlib
 import json
 import os
 import shutil
@@ -22,13 +23,29 @@ def generated(records: int, seed: int, prefix: str = "codec", segment_bytes: int
 
     out = REPO / "var" / "bench" / f"{prefix}-{records}-s{seed}"
     manifest = out / "generator-manifest.json"
+    stamp = out / "bench-cache.json"  # which generator wrote the cached log
     cached = json.loads(manifest.read_text()) if manifest.exists() else None
-    if cached is None or (segment_bytes is not None and cached.get("segment_bytes") != segment_bytes):
+    version = generator_fingerprint()
+    stale = cached is None or not stamp.exists() or json.loads(stamp.read_text()).get("generator") != version
+    if stale or (segment_bytes is not None and cached.get("segment_bytes") != segment_bytes):
         t = time.perf_counter()
         extra = {} if segment_bytes is None else {"segment_bytes": segment_bytes}
         generate(out, records, seed=seed, overwrite=True, **extra)
+        stamp.write_text(json.dumps({"generator": version}))
         print(f"generated {records} records in {time.perf_counter() - t:.0f} s", file=sys.stderr)
     return out
+
+
+def generator_fingerprint() -> str:
+    """A digest of what a generated log and its expected state are made from (the generator, the
+    reference replay, the record declarations): a cached log written by other code is stale, and
+    comparing gold with its expected state would judge today's gold by yesterday's rules."""
+    digest = hashlib.sha256()
+    for pattern in ("pipelines/generate/*.py", "pipelines/reference/*.py", "schemas/records/*.yaml"):
+        for path in sorted(REPO.glob(pattern)):
+            digest.update(path.relative_to(REPO).as_posix().encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def session(master: str, driver_memory: str):
