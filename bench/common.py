@@ -215,14 +215,9 @@ def expected_gold(state: dict) -> dict:
             for p in state["pending_transactions"]
         ),
         "classic": {g["group"]: g["generation"] for g in state["classic_groups"]},
-        # gold derives no state for share and streams groups yet
+        # in the state the coordinator computes, share and streams groups too
         "groups": {
-            (g["group"], g["type"]): (
-                g["protocol_type"],
-                g["state"] if g["type"] in ("classic", "consumer") else None,
-                g["exists_because"],
-            )
-            for g in state["groups"]
+            (g["group"], g["type"]): (g["protocol_type"], g["state"], g["exists_because"]) for g in state["groups"]
         },
         "simple_groups_gone": {g["group"]: g["cause"] for g in state["deleted_simple_groups"]},
     }
