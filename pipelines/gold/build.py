@@ -16,10 +16,10 @@ One run (docs/gold.md):
    :class:`pipelines.gold.engine.PartitionReplay`, which returns the partition's complete current
    state, the history and generation intervals it closed, and the open ones.
 3. **Write**, after marking the partitions in flight: each current table's rows of the processed
-   partitions are replaced (``replaceWhere`` on the partition columns); for offset_history and
-   group_generations, the intervals a run closed and the open ones go to separate files (two
-   commits: closed, then open), so that the next run replaces only files of open intervals —
-   a run's cost follows the current state, not the history. No MERGE.
+   partitions are replaced (a dynamic partition overwrite, :func:`lake.overwrite_partitions`, and a
+   delete for a partition a run emptied); offset_history and group_generations are partitioned by
+   ``is_current`` too, so a run appends the intervals it closed and overwrites only the open
+   ones — a run's cost follows the current state, not the history. No MERGE.
 4. **Progress** last, carrying the silver versions consumed. A run killed between its writes
    leaves the in-flight mark, and the next run recomputes those partitions from their start.
 """
