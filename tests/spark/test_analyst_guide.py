@@ -321,7 +321,7 @@ def check_generation_timeline(spark, queries, gen: Generated) -> None:
 def check_groups_by_state(spark, queries, gen: Generated) -> None:
     want: dict[tuple, list] = {}
     for g in gen.expected["groups"]:
-        w = want.setdefault((g["type"], g["state"] if g["type"] in ("classic", "consumer") else None), [0, 0])
+        w = want.setdefault((g["type"], g["state"]), [0, 0])
         w[0] += 1
         w[1] += g["exists_because"] == "offsets"
     assert len(want) >= 3
@@ -348,6 +348,41 @@ def check_kip848_member_churn(spark, queries, gen: Generated) -> None:
     want = {k: v for k, v in want.items() if v != [0, 0]}
     assert sum(v[1] for v in want.values()) > 0
     got = {(r["group_id"], r["day"]): [r["joined"], r["departed"]] for r in rows(spark, queries, "kip848-member-churn")}
+    assert got == want
+
+
+def check_share_streams_members(spark, queries, gen: Generated) -> None:
+    """Every member of the expected state's share and streams groups (the reference replay's,
+    members as the coordinator holds them), with its epoch and what its current assignment owns."""
+
+    def owned(parts: list | None) -> int:
+        return sum(len(p["partitions"]) for p in parts or [])
+
+    want = {}
+    for kind in ("share", "streams"):
+        for g in gen.expected[f"{kind}_groups"]:
+            for m in g["members"]:
+                meta, cur = m["metadata"] or {}, m["current"] or {}
+                work = owned(cur.get("assigned_partitions" if kind == "share" else "active_tasks"))
+                standby = owned(cur.get("standby_tasks")) if kind == "streams" else None
+                want[(kind, g["group"], m["member_id"])] = (
+                    meta.get("client_id"),
+                    cur.get("member_epoch"),
+                    work,
+                    standby,
+                    meta.get("process_id"),
+                )
+    assert want, "the workload leaves share or streams members"
+    got = {
+        (r["type"], r["group_id"], r["member_id"]): (
+            r["client_id"],
+            r["member_epoch"],
+            r["owned"],
+            r["standby"],
+            r["process_id"],
+        )
+        for r in rows(spark, queries, "share-streams-members")
+    }
     assert got == want
 
 
@@ -391,6 +426,7 @@ CHECKS = {
     "generation-timeline": check_generation_timeline,
     "groups-by-state": check_groups_by_state,
     "kip848-member-churn": check_kip848_member_churn,
+    "share-streams-members": check_share_streams_members,
     "hot-coordinator-partitions": check_hot_coordinator_partitions,
     "version-inventory": check_version_inventory,
 }
