@@ -46,8 +46,8 @@ from pipelines.codec.reader import (
     Batch,
     ByteSource,
     ReadIssue,
-    as_source,
     iter_log,
+    opened,
     parse_entry,
 )
 from pipelines.codec.vectors import ByteBuffer, spans_to_binary
@@ -161,8 +161,15 @@ def iter_log_columns(
     decode_bytes: int = DECODE_BYTES,
 ) -> Iterator[LogColumns]:
     """The batches starting in ``[start, end)`` and the issues found there, read ``chunk_bytes`` at a
-    time and decoded (one LogColumns each) ``decode_bytes`` at a time."""
-    src = as_source(source)
+    time and decoded (one LogColumns each) ``decode_bytes`` at a time; a file given by its path is
+    closed when the iteration ends or is closed."""
+    with opened(source) as src:
+        yield from _iter_columns(src, start, end, verify_crc, chunk_bytes, decode_bytes)
+
+
+def _iter_columns(
+    src: ByteSource, start: int, end: int | None, verify_crc: bool, chunk_bytes: int, decode_bytes: int
+) -> Iterator[LogColumns]:
     stop = src.size if end is None else min(end, src.size)
     pos = start
     want = chunk_bytes

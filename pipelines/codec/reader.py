@@ -25,6 +25,7 @@ import os
 import struct
 import zlib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol
@@ -238,6 +239,19 @@ def as_source(source: ByteSource | bytes | bytearray | memoryview | str | os.Pat
     if isinstance(source, (str, os.PathLike)):
         return FileSource(source)
     return source
+
+
+@contextmanager
+def opened(source: ByteSource | bytes | bytearray | memoryview | str | os.PathLike) -> Iterator[ByteSource]:
+    """``source`` as a ByteSource; a file opened here from a path is closed on exit (a reader
+    called once per segment file would otherwise keep one descriptor per file: a driver past
+    1,024 of them breaks ``select()`` in PySpark's accumulator server)."""
+    src = as_source(source)
+    try:
+        yield src
+    finally:
+        if isinstance(source, (str, os.PathLike)):
+            src.close()
 
 
 # -- varints (inlined fast path for the common one-byte case) -------------------------------------------
@@ -529,9 +543,14 @@ def iter_log(
 ) -> Iterator[Batch | ReadIssue]:
     """Yield the batches starting in ``[start, end)`` and the issues found there.
 
-    ``start`` must be a batch boundary (0, or a value from ``find_batch_start``).
+    ``start`` must be a batch boundary (0, or a value from ``find_batch_start``). A file given by
+    its path is opened here and closed when the iteration ends or is closed.
     """
-    src = as_source(source)
+    with opened(source) as src:
+        yield from _iter_entries(src, start, end, verify_crc)
+
+
+def _iter_entries(src: ByteSource, start: int, end: int | None, verify_crc: bool) -> Iterator[Batch | ReadIssue]:
     size = src.size
     stop = size if end is None else min(end, size)
     win = _Window(src)
