@@ -75,13 +75,14 @@ def read_parquet(
     an older file of a table that gained columns — is null), optionally only those whose integer
     column ``after[0]`` is greater than ``after[1]``, and whose column ``equal[0]`` (where the file
     has it) equals ``equal[1]``. Columns named in ``timestamps_as_ms`` are read as timestamps and
-    returned as epoch milliseconds (int64), whatever unit the file stores (Spark writes INT96, read
-    as nanoseconds)."""
+    returned as epoch milliseconds (int64), whatever unit the file stores. Spark writes INT96
+    timestamps: they are read in microseconds, Spark's own precision (pyarrow's default,
+    nanoseconds, overflows int64 after the year 2262 and turned such times into garbage)."""
     parts = []
     for uri in uris:
         filesys, path = filesystem(uri)
         with filesys.open_input_file(path) as fh:
-            pf = pq.ParquetFile(fh)
+            pf = pq.ParquetFile(fh, coerce_int96_timestamp_unit="us")
             present = set(pf.schema_arrow.names)
             wanted = [n for n in schema.names if n in present]
             if equal is not None and equal[0] in present and equal[0] not in wanted:
