@@ -202,7 +202,8 @@ def _link(src: Path, dest: Path) -> None:
 
 # -- gold against the generator's expected state ---------------------------------------------------
 def expected_gold(state: dict) -> dict:
-    """The part of an ``expected-state.json`` gold must equal (as tests/spark/test_gold.py compares):
+    """The part of an ``expected-state.json`` (or a reference snapshot) gold must equal — what
+    tests/spark/test_gold.py and test_gold_splits.py compare too:
     live offsets with metadata, soft deletes with position and cause, pending transactional
     offsets, classic generations, every group Kafka would list, offsets-only groups gone."""
     return {
@@ -215,7 +216,8 @@ def expected_gold(state: dict) -> dict:
             for p in state["pending_transactions"]
         ),
         "classic": {g["group"]: g["generation"] for g in state["classic_groups"]},
-        # in the state the coordinator computes, share and streams groups too
+        # every group Kafka would list, offsets-only groups included, in the state the coordinator
+        # computes (share and streams groups too)
         "groups": {
             (g["group"], g["type"]): (g["protocol_type"], g["state"], g["exists_because"]) for g in state["groups"]
         },

@@ -420,12 +420,7 @@ def _refresh_names(spark: SparkSession, tables: Tables) -> bool:
 def _rebuild_if_outdated(spark: SparkSession, tables: Tables) -> bool:
     """Gold tables an older version wrote with another partitioning cannot take this version's
     writes: gold is derived from silver, so it is dropped and rebuilt (a full refresh). True then."""
-    outdated = []
-    for name, spec in tables.specs["gold"].items():
-        path = tables.path("gold", name)
-        columns = lake.partition_columns(spark, path)
-        if columns is not None and columns != list(spec.partitioned_by):
-            outdated.append(name)
+    outdated = tables.outdated("gold")
     if not outdated:
         return False
     log.warning("gold: %s laid out by an older version; rebuilding gold from silver", ", ".join(outdated))

@@ -195,6 +195,16 @@ class Tables:
     def ensure_layer(self, layer: str) -> list[str]:
         return [self.ensure(layer, t) for t in self.specs.get(layer, {})]
 
+    def outdated(self, layer: str) -> list[str]:
+        """Tables of ``layer`` on storage that an older version laid out with another partitioning
+        (Delta cannot change a table's partitioning in place: the layer must rebuild them)."""
+        out = []
+        for name, spec in self.specs.get(layer, {}).items():
+            columns = lake.partition_columns(self.spark, self.path(layer, name))
+            if columns is not None and columns != list(spec.partitioned_by):
+                out.append(name)
+        return out
+
     def register_existing(self) -> list[str]:
         """Register every table that already exists on storage (for readers: sql, status)."""
         names = []

@@ -64,18 +64,6 @@ def _ensure_bronze_cdf(spark: SparkSession, tables: Tables, result: SilverResult
     return False
 
 
-def _outdated(spark: SparkSession, tables: Tables) -> list[str]:
-    """Silver tables an older version wrote with another partitioning: Delta cannot change a
-    table's partitioning in place, and silver is derived from bronze, so they are rebuilt."""
-    out = []
-    for name, spec in tables.specs["silver"].items():
-        path = tables.path("silver", name)
-        columns = lake.partition_columns(spark, path)
-        if columns is not None and columns != list(spec.partitioned_by):
-            out.append(name)
-    return out
-
-
 # -- the stage -------------------------------------------------------------------------------------
 def run_silver(spark: SparkSession, tables: Tables, run_id: str, full_refresh: bool = False) -> SilverResult:
     """Decode what bronze holds and silver does not yet; see the module docstring."""
@@ -89,7 +77,7 @@ def run_silver(spark: SparkSession, tables: Tables, run_id: str, full_refresh: b
     killed = last is not None and last["mode"] == "started"  # a run died after its intent row
     if pending and not full_refresh:
         log.info("silver: the last full refresh did not finish; completing it")
-    outdated = _outdated(spark, tables)
+    outdated = tables.outdated("silver")
     if outdated:
         log.warning("silver: %s laid out by an older version; rebuilding silver from bronze", ", ".join(outdated))
     full = full_refresh or pending or bool(outdated)

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from bench.common import expected_gold as expected_from
+from bench.common import gold_now as gold
 from pipelines.bronze.ingest import ingest_segments
 from pipelines.generate import generate
 from pipelines.gold.build import run_gold
@@ -33,66 +35,6 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def expected(root: Path) -> dict:
     return expected_from(json.loads((root / "expected-state.json").read_text()))
-
-
-def expected_from(exp: dict) -> dict:
-    """The comparable part of a reference snapshot (or the generator's expected state)."""
-    return {
-        "live": {(o["group"], o["topic"], o["partition"]): (o["offset"], o["metadata"]) for o in exp["offsets"]},
-        "deleted": {
-            (d["group"], d["topic"], d["partition"]): (d["record_offset"], d["cause"]) for d in exp["deleted_offsets"]
-        },
-        "pending": sorted(
-            (p["offsets_partition"], p["producer_id"], p["group"], p["topic"], p["partition"], p["offset"])
-            for p in exp["pending_transactions"]
-        ),
-        "classic": {g["group"]: g["generation"] for g in exp["classic_groups"]},
-        # every group Kafka would list, offsets-only groups included (issue 15), in the state the
-        # coordinator computes (share and streams groups too, issue 14)
-        "groups": {
-            (g["group"], g["type"]): (g["protocol_type"], g["state"], g["exists_because"]) for g in exp["groups"]
-        },
-        "simple_groups_gone": {g["group"]: g["cause"] for g in exp["deleted_simple_groups"]},
-    }
-
-
-def gold(spark, tables) -> dict:
-    offs = spark.read.format("delta").load(tables.path("gold", "current_offsets")).collect()
-    pend = spark.read.format("delta").load(tables.path("gold", "pending_transactions")).collect()
-    groups = spark.read.format("delta").load(tables.path("gold", "current_groups")).collect()
-    return {
-        "live": {
-            (r["group_id"], r["topic"], r["partition"]): (r["committed_offset"], r["metadata"])
-            for r in offs
-            if not r["deleted"]
-        },
-        "deleted": {
-            (r["group_id"], r["topic"], r["partition"]): (r["deleted_offset"], r["delete_cause"])
-            for r in offs
-            if r["deleted"]
-        },
-        "pending": sorted(
-            (r["offsets_partition"], r["producer_id"], r["group_id"], r["topic"], r["partition"], r["committed_offset"])
-            for r in pend
-        ),
-        "classic": {
-            r["group_id"]: r["generation"]
-            for r in groups
-            if r["protocol"] == "classic" and not r["deleted"] and r["exists_because"] == "metadata"
-        },
-        "groups": {
-            (r["group_id"], r["protocol"]): (r["protocol_type"], r["state"], r["exists_because"])
-            for r in spark.table(tables.name("gold", "live_groups")).collect()
-        },
-        "simple_groups_gone": {
-            r["group_id"]: r["delete_cause"]
-            for r in groups
-            if r["protocol"] == "classic"
-            and r["deleted"]
-            and r["exists_because"] == "offsets"
-            and r["delete_cause"] != "converted"
-        },
-    }
 
 
 def ingest(spark, tables, paths: list[Path], run: str) -> None:
