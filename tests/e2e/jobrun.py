@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+from tests.support.jvm import SHORT_RUN_YAML
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -30,7 +32,7 @@ def jobs_file(
 lakehouse: {{root: {root or tmp_path / "lakehouse"}}}
 spark:
   master: local[2]
-  conf: {{spark.sql.shuffle.partitions: "4", spark.ui.enabled: "false"}}
+  conf: {{spark.sql.shuffle.partitions: "4", spark.ui.enabled: "false", {SHORT_RUN_YAML}}}
 sources:
   s: {{kind: segments, cluster: crash, paths: [{logs}]{split}}}
 jobs:

@@ -1,74 +1,17 @@
-"""The Airflow DAGs (dags/offsets_lakehouse.py, pipelines/orchestrate/) in real Apache Airflow.
-
-Airflow is installed from PyPI into a virtualenv of its own (as docs/airflow.md tells users to),
-under the project's cache directory: built in a temporary directory and renamed when complete, so
-an interrupted install is never reused. Airflow's Python then runs in a subprocess with its home,
-sqlite database and dags folder in tmp: the DagBag imports the DAG file without errors, every
-job's DAG has the tasks, order, schedule and retries its jobs.yaml says, ``dag.test()`` runs the
-real CLI over a generated log until gold equals the generator's expected state, and a stub CLI
-shows what each exit code makes Airflow do.
+"""The Airflow DAGs (dags/offsets_lakehouse.py, pipelines/orchestrate/) in real Apache Airflow
+(tests/support/airflow.py): the DagBag imports the DAG file without errors, every job's DAG has the
+tasks, order, schedule and retries its jobs.yaml says, and a stub CLI shows what each exit code
+makes Airflow do. ``dag.test()`` of the demo job with the real CLI, four Spark processes, is in the
+long tier (tests/long/test_airflow_demo.py; the issue allows a slower documented tier).
 """
 
 from __future__ import annotations
 
-import json
-import os
-import shlex
-import shutil
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from pipelines.runtime.jars import cache_root
-
-AIRFLOW_VERSION = "3.3.2"
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
-PY = f"py{sys.version_info.major}{sys.version_info.minor}"
-
-# runs inside Airflow's virtualenv: the DagBag over the dags folder, each DAG's shape, and a
-# dag.test() of each DAG named on the command line; one JSON line on stdout
-PROBE = r"""
-import json, os, sys
-try:
-    from airflow.dag_processing.dagbag import DagBag
-except ImportError:
-    from airflow.models.dagbag import DagBag
-
-def value(state):
-    return getattr(state, "value", state)
-
-bag = DagBag(os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
-out = {"import_errors": {k: str(v) for k, v in bag.import_errors.items()}, "dags": {}, "runs": {}}
-for dag_id in bag.dag_ids:
-    dag = bag.get_dag(dag_id)
-    out["dags"][dag_id] = {
-        "schedule": getattr(dag, "schedule", None),
-        "catchup": dag.catchup,
-        "max_active_runs": dag.max_active_runs,
-        "tags": sorted(dag.tags),
-        "tasks": {
-            t.task_id: {
-                "downstream": sorted(t.downstream_task_ids),
-                "retries": t.retries,
-                "retry_delay": t.retry_delay.total_seconds(),
-                "owner": t.owner,
-                "operator": type(t).__name__,
-            }
-            for t in dag.tasks
-        },
-    }
-for dag_id in sys.argv[1:]:
-    run = bag.get_dag(dag_id).test()
-    out["runs"][dag_id] = {
-        "state": value(run.state),
-        "tasks": {ti.task_id: value(ti.state) for ti in run.get_task_instances()},
-    }
-print("PROBE " + json.dumps(out, default=str))
-"""
+from tests.support.airflow import CHAIN, airflow, airflow_venv, demo_config
 
 # the CLI's stand-in for the exit-code mapping: job exitN exits N at stage gold, every other stage
 # and job exits 0; every call is logged to $STUB_LOG
@@ -86,131 +29,27 @@ exit $code
 """
 
 
-def airflow_venv() -> Path:
-    """Airflow's own virtualenv in the cache, installed on first use (atomically: built under a
-    temporary name, renamed when complete). Used as ``python -m airflow``: a renamed virtualenv's
-    console scripts keep the old path in their first line, its interpreter does not."""
-    target = cache_root() / f"airflow-{AIRFLOW_VERSION}-{PY}"
-    if (target / ".complete").exists():
-        return target
-    staging = target.with_name(f"{target.name}.tmp-{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.parent.mkdir(parents=True, exist_ok=True)
-    start = time.monotonic()
-    subprocess.run([sys.executable, "-m", "venv", str(staging)], check=True)
-    cmd = [str(staging / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    constraints = HERE / f"airflow-constraints-{PY}.txt"
-    if constraints.exists():  # every package pinned, as Airflow's own constraints files do
-        cmd += ["-c", str(constraints)]
-    proc = subprocess.run([*cmd, f"apache-airflow=={AIRFLOW_VERSION}"], capture_output=True, text=True)
-    if proc.returncode != 0:
-        shutil.rmtree(staging, ignore_errors=True)
-        pytest.fail(f"pip could not install apache-airflow=={AIRFLOW_VERSION}:\n{(proc.stdout + proc.stderr)[-3000:]}")
-    seconds = time.monotonic() - start
-    (staging / ".complete").write_text(f"installed in {seconds:.0f} s\n")
-    try:
-        staging.rename(target)
-    except OSError:  # another process completed it first
-        shutil.rmtree(staging, ignore_errors=True)
-    print(f"apache-airflow {AIRFLOW_VERSION} installed in {seconds:.0f} s", file=sys.stderr)
-    return target
-
-
 @pytest.fixture(scope="module")
 def venv() -> Path:
     return airflow_venv()
 
 
-def airflow(venv: Path, home: Path, config: Path, cli: str, runs: list[str], extra_env: dict[str, str] | None = None):
-    """Migrate a fresh sqlite database in ``home``, copy the DAG file into its dags folder and run
-    the probe there; returns the probe's JSON and Airflow's whole output."""
-    dags = home / "dags"
-    dags.mkdir(parents=True)
-    shutil.copy(REPO / "dags" / "offsets_lakehouse.py", dags)
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "OFFSETS_FAULT")}
-    env = {k: v for k, v in env.items() if not k.startswith("AIRFLOW")}
-    env.update(
-        AIRFLOW_HOME=str(home),
-        AIRFLOW__CORE__DAGS_FOLDER=str(dags),
-        AIRFLOW__CORE__LOAD_EXAMPLES="False",
-        OFFSETS_LAKEHOUSE_HOME=str(REPO),  # the DAG file puts the checkout on sys.path
-        OFFSETS_LAKEHOUSE_CONFIG=str(config),
-        OFFSETS_LAKEHOUSE_BIN=cli,
-        **(extra_env or {}),
-    )
-    python = str(venv / "bin" / "python")
-    migrate = subprocess.run([python, "-m", "airflow", "db", "migrate"], env=env, capture_output=True, text=True)
-    assert migrate.returncode == 0, migrate.stderr[-3000:]
-    (home / "probe.py").write_text(PROBE)
-    log = home / "airflow-output.log"  # Airflow's and the tasks' logs, also while it runs
-    with open(log, "w") as out:
-        proc = subprocess.Popen([python, str(home / "probe.py"), *runs], env=env, cwd=home, stdout=out, stderr=out)
-        try:
-            code = proc.wait(timeout=1200)
-        except subprocess.TimeoutExpired:
-            proc.terminate()  # SIGTERM: Airflow ends the running task, which ends the CLI's process group
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            pytest.fail(f"Airflow did not finish in 1200 s; its log {log} ends:\n{log.read_text()[-5000:]}")
-    output = log.read_text()
-    lines = [line for line in output.splitlines() if line.startswith("PROBE ")]
-    assert code == 0 and lines, output[-5000:]
-    return json.loads(lines[-1].removeprefix("PROBE ")), output
-
-
-CHAIN = {"bronze": ["silver"], "silver": ["gold"], "gold": ["quality"], "quality": []}
-
-
 @pytest.fixture(scope="module")
-def generated(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("airflow-data") / "logs"
-    cmd = [sys.executable, "-m", "pipelines.cli.main", "generate", "--records", "3000", "--seed", "13"]
-    subprocess.run([*cmd, "--partitions", "4", "--out", str(out)], check=True, cwd=REPO, capture_output=True)
-    return out
+def bag(venv: Path, tmp_path_factory: pytest.TempPathFactory):
+    """What Airflow's DagBag makes of the DAG file over the demo configuration (no DAG run)."""
+    tmp = tmp_path_factory.mktemp("airflow-bag")
+    config = demo_config(tmp, tmp / "logs")
+    probe, _ = airflow(venv, tmp / "airflow", config, "offsets-lakehouse", [])
+    return probe
 
 
-@pytest.fixture(scope="module")
-def real_run(venv: Path, generated: Path, tmp_path_factory: pytest.TempPathFactory):
-    """The demo job's DAG run by dag.test() with the real CLI (this checkout, the project's Python)."""
-    tmp = tmp_path_factory.mktemp("airflow-real")
-    config = tmp / "jobs.yaml"
-    config.write_text(f"""
-lakehouse: {{root: {tmp / "lakehouse"}}}
-spark:
-  master: local[2]
-  conf: {{spark.sql.shuffle.partitions: "4", spark.ui.enabled: "false"}}
-sources:
-  demo: {{kind: segments, cluster: demo, paths: [{generated}], offsets_partitions: 4}}
-jobs:
-  demo:
-    sources: [demo]
-    stages: [bronze, silver, gold, quality]
-    schedule: "*/15 * * * *"
-  nightly:
-    sources: [demo]
-    stages: [gold, bronze]
-    schedule: null
-    airflow: {{retries: 0, retry_delay_minutes: 1, owner: data-eng, tags: [kafka, nightly]}}
-""")
-    cli = shlex.join(["env", f"PYTHONPATH={REPO}", sys.executable, "-m", "pipelines.cli.main"])
-    start = time.monotonic()
-    probe, output = airflow(venv, tmp / "airflow", config, cli, ["offsets_lakehouse.demo"])
-    print(f"dag.test() of the demo job: {time.monotonic() - start:.0f} s", file=sys.stderr)
-    return probe, output, config
+def test_the_dag_file_imports_without_errors(bag) -> None:
+    assert bag["import_errors"] == {}
+    assert sorted(bag["dags"]) == ["offsets_lakehouse.demo", "offsets_lakehouse.nightly"]
 
 
-def test_the_dag_file_imports_without_errors(real_run) -> None:
-    probe, _, _ = real_run
-    assert probe["import_errors"] == {}
-    assert sorted(probe["dags"]) == ["offsets_lakehouse.demo", "offsets_lakehouse.nightly"]
-
-
-def test_each_job_has_its_stages_in_order_schedule_and_retries(real_run) -> None:
-    probe, _, _ = real_run
-    demo, nightly = probe["dags"]["offsets_lakehouse.demo"], probe["dags"]["offsets_lakehouse.nightly"]
+def test_each_job_has_its_stages_in_order_schedule_and_retries(bag) -> None:
+    demo, nightly = bag["dags"]["offsets_lakehouse.demo"], bag["dags"]["offsets_lakehouse.nightly"]
     assert {t: v["downstream"] for t, v in demo["tasks"].items()} == CHAIN
     assert demo["schedule"] == "*/15 * * * *" and demo["catchup"] is False and demo["max_active_runs"] == 1
     assert demo["tags"] == ["offsets-lakehouse"]
@@ -222,26 +61,6 @@ def test_each_job_has_its_stages_in_order_schedule_and_retries(real_run) -> None
     assert nightly["schedule"] is None and nightly["tags"] == ["kafka", "nightly"]
     for task in nightly["tasks"].values():
         assert (task["retries"], task["retry_delay"], task["owner"]) == (0, 60.0, "data-eng")
-
-
-def test_dag_test_runs_the_demo_job_into_gold(real_run, generated: Path) -> None:
-    probe, output, config = real_run
-    run = probe["runs"]["offsets_lakehouse.demo"]
-    assert run["tasks"] == dict.fromkeys(CHAIN, "success"), output[-5000:]
-    assert run["state"] == "success"
-    # the lakehouse the tasks wrote, read by the project's own reader against the generator's intent
-    query = "SELECT group_id, topic, partition, committed_offset FROM gold.current_offsets WHERE NOT deleted"
-    proc = subprocess.run(
-        [sys.executable, "-m", "pipelines.cli.main", "sql", query, "--json", "-c", str(config)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = [json.loads(line) for line in proc.stdout.splitlines()]
-    gold = {(r["group_id"], r["topic"], r["partition"]): r["committed_offset"] for r in rows}
-    expected = json.loads((generated / "expected-state.json").read_text())
-    assert gold and gold == {(o["group"], o["topic"], o["partition"]): o["offset"] for o in expected["offsets"]}
 
 
 def test_exit_codes_retry_fail_or_skip(venv: Path, tmp_path: Path) -> None:

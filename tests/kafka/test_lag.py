@@ -12,6 +12,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
 from pipelines.runner import Context, run_job
+from tests.support.jvm import SHORT_RUN_CONF
 
 TOPIC = "lag-topic"
 GROUP = "lag-group"
@@ -69,7 +70,10 @@ def test_current_lag_equals_the_brokers_end_minus_committed(harness, tmp_path: P
 def _check(h, tmp_path: Path) -> None:
     jobs = {
         "lakehouse": {"root": str(tmp_path / "lake")},
-        "spark": {"master": "local[2]", "conf": {"spark.sql.shuffle.partitions": "4", "spark.ui.enabled": "false"}},
+        "spark": {
+            "master": "local[2]",
+            "conf": {"spark.sql.shuffle.partitions": "4", "spark.ui.enabled": "false", **SHORT_RUN_CONF},
+        },
         "sources": {
             "live": {
                 "kind": "kafka",

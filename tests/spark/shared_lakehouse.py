@@ -23,6 +23,7 @@ from typing import NamedTuple
 from pipelines.generate import generate
 from pipelines.runner import Context, run_job
 from pipelines.runtime.tables import Tables
+from tests.support.jvm import SHORT_RUN_YAML
 
 
 class Log(NamedTuple):
@@ -49,7 +50,7 @@ def jobs_yaml(root: Path, logs: Path) -> str:
 lakehouse: {{root: {root}}}
 spark:
   master: "local[2]"
-  conf: {{spark.ui.enabled: "false", spark.sql.shuffle.partitions: "2", spark.driver.memory: "1g"}}
+  conf: {{spark.ui.enabled: "false", spark.sql.shuffle.partitions: "2", spark.driver.memory: "1g", {SHORT_RUN_YAML}}}
 sources:
 {sources}jobs:
   {JOB}: {{sources: [{", ".join(CLUSTERS)}], stages: [bronze, silver, gold]}}

@@ -28,6 +28,7 @@ from pipelines.generate import generate
 from pipelines.inspect import inspect_segment
 from pipelines.runtime.config import SegmentsSource
 from tests.conftest import real_segments_dir
+from tests.support.jvm import SHORT_RUN_CONF
 
 BUCKET = "offsets-backup"
 PREFIX = "copy"
@@ -139,7 +140,12 @@ def test_bronze_from_s3_equals_local_disk(spark, tables, store: Store, tmp_path:
         "lakehouse": {"root": str(tmp_path / "s3-lakehouse")},
         "spark": {
             "master": "local[2]",
-            "conf": {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4", "spark.driver.memory": "1g"},
+            "conf": {
+                "spark.ui.enabled": "false",
+                "spark.sql.shuffle.partitions": "4",
+                "spark.driver.memory": "1g",
+                **SHORT_RUN_CONF,
+            },
         },
         "sources": {
             "backup": {

@@ -14,6 +14,7 @@ import yaml
 
 from pipelines.bronze.segments_source import register as register_segments_source
 from pipelines.cli.main import error_message
+from tests.support.jvm import SHORT_RUN_CONF
 
 EXIT_FAILURE, EXIT_CONFIG = 1, 2  # docs/cli.md
 
@@ -30,7 +31,10 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     work = tmp_path_factory.mktemp("cli-errors")
     config = {
         "lakehouse": {"root": "lakehouse"},
-        "spark": {"master": "local[1]", "conf": {"spark.ui.enabled": "false", "spark.driver.memory": "1g"}},
+        "spark": {
+            "master": "local[1]",
+            "conf": {"spark.ui.enabled": "false", "spark.driver.memory": "1g", **SHORT_RUN_CONF},
+        },
         "sources": {
             "gone": {"kind": "segments", "cluster": "c1", "paths": [str(work / "no-such-dir")]},
             "broker": {"kind": "kafka", "cluster": "c1", "bootstrap_servers": f"127.0.0.1:{closed_port()}"},

@@ -1,0 +1,16 @@
+"""Spark settings for the CLI processes tests start.
+
+Such a process runs a few jobs on a few thousand records and exits, so the JVM's optimising (C2)
+compiler costs more CPU than it saves: with C1 only, a 3,000-record bronze-silver-gold run took
+87 CPU-seconds instead of 126 (wall 57 s instead of 71, quiet 2-core machine, 2026-11-26). A JVM
+that lives for a whole tier (the spark fixture's) keeps the default: there, C1 only was slower
+(docs/performance.md). The tiers start dozens of such processes (docs/testing.md).
+"""
+
+from __future__ import annotations
+
+SHORT_RUN_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+# for a jobs.yaml's spark.conf
+SHORT_RUN_CONF = {"spark.driver.extraJavaOptions": SHORT_RUN_JAVA_OPTIONS}
+# the same in a jobs.yaml written as text, inside the braces of spark.conf
+SHORT_RUN_YAML = f'spark.driver.extraJavaOptions: "{SHORT_RUN_JAVA_OPTIONS}"'
