@@ -11,6 +11,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from pipelines.truth import Group, TruthSnapshot
+from tests.support.streams import described_tasks, described_topology, tasks_of
+from tests.support.streams import topology as streams_topology
 
 
 def test_gold_equals_the_brokers_truth(lake, evidence, harness):
@@ -199,18 +201,6 @@ def test_gold_members_equal_the_brokers_description(lake, harness):
 # -- share and streams groups at the evidence, their members alive ---------------------------------
 
 
-def _tasks(tasks: Iterable[Any] | None) -> dict[str, list[int]]:
-    """{subtopology id: sorted partitions} of gold's task structs, subtopologies without one left out."""
-    return {t["subtopology_id"]: sorted(t["partitions"]) for t in tasks or [] if t["partitions"]}
-
-
-def _described_tasks(tasks: Any) -> dict[str, dict[str, list[int]]]:
-    kinds = ("active", "standby", "warmup")
-    if tasks is None:
-        return {k: {} for k in kinds}
-    return {k: {t.subtopology_id: sorted(t.partitions) for t in getattr(tasks, k) if t.partitions} for k in kinds}
-
-
 def test_share_and_streams_groups_equal_the_brokers_description(spark, lake, evidence, harness):
     """The share consumer and a Kafka Streams instance are kept in their groups until the evidence:
     gold's share_group_members (client id, host, member epoch, assigned and target partitions),
@@ -268,8 +258,8 @@ def test_share_and_streams_groups_equal_the_brokers_description(spark, lake, evi
             r["process_id"],
             r["instance_id"],
             r["member_epoch"],
-            {k: _tasks(r[f"{k}_tasks"]) for k in ("active", "standby", "warmup")},
-            {k: _tasks(r[f"target_{k}_tasks"]) for k in ("active", "standby", "warmup")},
+            tasks_of(r),
+            tasks_of(r, "target_"),
         )
         for r in rows
         if r["record_offset_19"] is not None or r["record_offset_22"] is not None
@@ -281,8 +271,8 @@ def test_share_and_streams_groups_equal_the_brokers_description(spark, lake, evi
             m.process_id,
             m.group_instance_id,
             m.member_epoch,
-            _described_tasks(m.tasks),
-            _described_tasks(m.target_tasks),
+            described_tasks(m.tasks),
+            described_tasks(m.target_tasks),
         )
         for m in streams.members
     }
@@ -291,25 +281,7 @@ def test_share_and_streams_groups_equal_the_brokers_description(spark, lake, evi
     assert owned == 4, "the kept instance owns every active task: 2 subtopologies x 2 partitions"
 
     topology = lake.read("gold", "streams_group_topologies").where("group_id = 'streams-counts'").collect()
-    got_topology = [
-        (
-            r["subtopology_id"],
-            sorted(r["source_topics"]),
-            sorted(r["repartition_sink_topics"]),
-            sorted(t["name"] for t in r["state_changelog_topics"]),
-            sorted(t["name"] for t in r["repartition_source_topics"]),
-        )
-        for r in sorted(topology, key=lambda r: r["subtopology_id"])
-    ]
+    got_topology = streams_topology(topology)
     assert {r["topology_epoch"] for r in topology} == {streams.topology_epoch}
-    assert got_topology == [
-        (
-            s.subtopology_id,
-            s.source_topics,
-            s.repartition_sink_topics,
-            [t.name for t in s.state_changelog_topics],
-            [t.name for t in s.repartition_source_topics],
-        )
-        for s in streams.subtopologies
-    ]
+    assert got_topology == described_topology(streams.subtopologies)
     assert len(got_topology) == 2

@@ -11,7 +11,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from pipelines.runtime import lake as lake_io
-from pipelines.truth import Group, StreamsTasks, TruthSnapshot
+from pipelines.truth import Group, TruthSnapshot
+from tests.support.streams import described_tasks, described_topology, tasks_of
+from tests.support.streams import topology as streams_topology
 
 STREAMS_TYPES = range(17, 24)  # 18 was never written by a release
 SHARE_TYPES = range(9, 16)  # 9: 3.9/4.0 only
@@ -88,20 +90,6 @@ def snapshots_of(harness, evidence, scenario: str, group: str) -> list[tuple[str
 # -- streams groups ----------------------------------------------------------------------------------
 
 
-def task_map(tasks: Iterable[Any]) -> dict[str, list[int]]:
-    """{subtopology id: sorted partitions}, subtopologies without a task left out."""
-    return {t["subtopology_id"]: sorted(t["partitions"]) for t in tasks or [] if t["partitions"]}
-
-
-def described_tasks(tasks: StreamsTasks | None) -> dict[str, dict[str, list[int]]]:
-    tasks = tasks or StreamsTasks()
-    return {kind: task_map(t.model_dump() for t in getattr(tasks, kind)) for kind in ("active", "standby", "warmup")}
-
-
-def silver_tasks(value: Any) -> dict[str, dict[str, list[int]]]:
-    return {kind: task_map(value[f"{kind}_tasks"]) for kind in ("active", "standby", "warmup")}
-
-
 def test_streams_group_records_equal_describe_streams_groups(lake, harness, evidence):
     """The Kafka Streams application's group (one instance, two, one, none): at every snapshot,
     silver's records give the group epoch, target assignment epoch, topology (subtopologies with
@@ -118,25 +106,7 @@ def test_streams_group_records_equal_describe_streams_groups(lake, harness, evid
         assert st[(20, None)]["target_assignment_metadata"]["assignment_epoch"] == g.target_assignment_epoch, where
         topology = st[(23, None)]["topology"]
         assert topology["epoch"] == g.topology_epoch, where
-        assert [
-            (
-                s["subtopology_id"],
-                sorted(s["source_topics"]),
-                sorted(s["repartition_sink_topics"]),
-                sorted(t["name"] for t in s["state_changelog_topics"]),
-                sorted(t["name"] for t in s["repartition_source_topics"]),
-            )
-            for s in sorted(topology["subtopologies"], key=lambda s: s["subtopology_id"])
-        ] == [
-            (
-                s.subtopology_id,
-                s.source_topics,
-                s.repartition_sink_topics,
-                [t.name for t in s.state_changelog_topics],
-                [t.name for t in s.repartition_source_topics],
-            )
-            for s in g.subtopologies
-        ], where
+        assert streams_topology(topology["subtopologies"]) == described_topology(g.subtopologies), where
         ids = {m.member_id for m in g.members}
         assert members_of_type(st, 19) == members_of_type(st, 21) == members_of_type(st, 22) == ids, where
         for m in g.members:
@@ -149,10 +119,8 @@ def test_streams_group_records_equal_describe_streams_groups(lake, harness, evid
             ), where
             current = st[(22, m.member_id)]["current_member_assignment"]
             assert current["member_epoch"] == m.member_epoch, where
-            assert silver_tasks(current) == described_tasks(m.tasks), where
-            assert silver_tasks(st[(21, m.member_id)]["target_assignment_member"]) == described_tasks(m.target_tasks), (
-                where
-            )
+            assert tasks_of(current) == described_tasks(m.tasks), where
+            assert tasks_of(st[(21, m.member_id)]["target_assignment_member"]) == described_tasks(m.target_tasks), where
             standby += sum(len(p) for p in described_tasks(m.tasks)["standby"].values())
         compared.append(label)
         epochs.add(g.group_epoch)
