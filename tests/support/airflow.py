@@ -23,7 +23,7 @@ from tests.support.jvm import SHORT_RUN_YAML
 
 AIRFLOW_VERSION = "3.3.2"
 REPO = Path(__file__).resolve().parents[2]
-CONSTRAINTS = REPO / "tests" / "e2e"
+CONSTRAINTS_DIR = REPO / "tests" / "e2e"  # airflow-constraints-<python>.txt
 PY = f"py{sys.version_info.major}{sys.version_info.minor}"
 # the DAGs' stages, each task pointing at the next
 CHAIN = {"bronze": ["silver"], "silver": ["gold"], "gold": ["quality"], "quality": []}
@@ -69,21 +69,6 @@ for dag_id in sys.argv[1:]:
 print("PROBE " + json.dumps(out, default=str))
 """
 
-# the CLI's stand-in for the exit-code mapping: job exitN exits N at stage gold, every other stage
-# and job exits 0; every call is logged to $STUB_LOG
-STUB = """#!/bin/sh
-echo "$2 $4" >> "$STUB_LOG"
-code=0
-case "$2:$4" in
-  exit*:gold) code=${2#exit} ;;
-esac
-if [ "$code" = 2 ]; then echo "error: jobs.yaml: stub configuration error" >&2; fi
-if [ "$code" = 3 ]; then
-  echo '{"status": "quality_failed", "stages": [{"stage": "quality", "details": [{"failed": ["gold.stub.rule"]}]}]}'
-fi
-exit $code
-"""
-
 
 def airflow_venv() -> Path:
     """Airflow's own virtualenv in the cache, installed on first use (atomically: built under a
@@ -98,7 +83,7 @@ def airflow_venv() -> Path:
     start = time.monotonic()
     subprocess.run([sys.executable, "-m", "venv", str(staging)], check=True)
     cmd = [str(staging / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    constraints = CONSTRAINTS / f"airflow-constraints-{PY}.txt"
+    constraints = CONSTRAINTS_DIR / f"airflow-constraints-{PY}.txt"
     if constraints.exists():  # every package pinned, as Airflow's own constraints files do
         cmd += ["-c", str(constraints)]
     proc = subprocess.run([*cmd, f"apache-airflow=={AIRFLOW_VERSION}"], capture_output=True, text=True)
