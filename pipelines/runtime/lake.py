@@ -407,6 +407,24 @@ def partition_columns(spark: SparkSession, path: str) -> list[str] | None:
     return list(jvm.scala.jdk.javaapi.CollectionConverters.asJava(cols))
 
 
+def clear_failed_create(spark: SparkSession, path: str) -> bool:
+    """Remove what a process killed while creating the table at ``path`` left behind: a directory
+    holding only hidden files (the temporary file of commit 0) and empty directories. Delta
+    refuses to create a table over a non-empty location, and nothing there was committed, so no
+    reader saw it. Anything else at ``path`` is kept (the create then fails and says why)."""
+    jvm = spark._jvm  # type: ignore[attr-defined]
+    target = jvm.org.apache.hadoop.fs.Path(path)
+    fs = target.getFileSystem(spark._jsc.hadoopConfiguration())  # type: ignore[attr-defined]
+    if not fs.exists(target):
+        return False
+    files = fs.listFiles(target, True)
+    while files.hasNext():
+        if not files.next().getPath().getName().startswith("."):
+            return False
+    fs.delete(target, True)
+    return True
+
+
 def drop(spark: SparkSession, path: str) -> None:
     """Delete the table at ``path``, data and log: for derived tables only (gold is rebuilt from
     silver, silver from bronze), never for bronze."""

@@ -154,6 +154,7 @@ class Tables:
                 self.spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ({sets})")
             self._add_new_columns(name, spec)
             return name
+        lake.clear_failed_create(self.spark, path)  # a run killed mid-create left its temporary log file
         parts = f" PARTITIONED BY ({', '.join(spec.partitioned_by)})" if spec.partitioned_by else ""
         tblprops = ", ".join(f"{sql_str(k)} = {sql_str(v)}" for k, v in props.items())
         self.spark.sql(

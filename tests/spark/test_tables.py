@@ -5,6 +5,10 @@ session first registers them)."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
+
+import pytest
+from pyspark.errors import AnalysisException
 
 from pipelines.runtime import lake
 from pipelines.runtime.tables import Tables
@@ -118,3 +122,22 @@ def test_lake_commit_metadata_is_read_back_newest_first(spark, tmp_path) -> None
     lake.commit_empty(spark, path, frame.schema, {"run": 2})  # no rows, still a commit
     assert [(v, meta) for v, _, meta in lake.tagged_commits(spark, path)] == [(2, {"run": 2}), (1, {"run": 1})]
     assert list(lake.tagged_commits(spark, str(tmp_path / "none"))) == []
+
+
+def test_a_create_killed_before_its_first_commit_does_not_block_the_next(spark, tmp_path) -> None:
+    """A process SIGKILLed while creating a table leaves ``_delta_log`` with only the temporary
+    file of commit 0 (seen in tests/e2e/test_silver_crash.py); the next ``ensure`` creates the
+    table. A location holding anything else is left alone and the create fails."""
+    tables = Tables(spark, str(tmp_path / "lakehouse"))
+    path = Path(tables.path("silver", "tombstones"))
+    (path / "_delta_log" / "_staged_commits").mkdir(parents=True)
+    (path / "_delta_log" / ".00000000000000000000.json.23cedbac.tmp").write_bytes(b"")
+    tables.ensure("silver", "tombstones")
+    assert lake.exists(spark, str(path)) and lake.version(spark, str(path)) == 0
+
+    other = Path(tables.path("silver", "transaction_markers"))
+    (other / "_delta_log").mkdir(parents=True)
+    (other / "part-00000.parquet").write_bytes(b"not ours to delete")
+    with pytest.raises(AnalysisException, match="DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION"):
+        tables.ensure("silver", "transaction_markers")
+    assert (other / "part-00000.parquet").read_bytes() == b"not ours to delete"
