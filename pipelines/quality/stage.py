@@ -116,6 +116,7 @@ def evaluate_suite(
     default_policy: str = "fail",
     overrides: dict[str, str] | None = None,
     requirements: set[str] | None = None,
+    local_max_rows: int = 0,
 ) -> tuple[list[Outcome], list[tuple[Outcome, str]]]:
     """GX on one frame. Returns the outcomes and, for rules whose policy is quarantine and that
     failed, (outcome, offending-row predicate) pairs for the mover."""
@@ -147,7 +148,7 @@ def evaluate_suite(
             run.append(e.name)
     if not run or frame.df is None:
         return outcomes, to_quarantine
-    for raw in engine().validate(suite, frame.df, params, run_id, run):
+    for raw in engine().validate(suite, frame.df, params, run_id, run, local_max_rows):
         e = raw.expectation
         r = raw.result
         details: dict[str, Any] = {"kwargs": raw.kwargs}
@@ -215,31 +216,30 @@ def run_quality(
             return _unchanged(spark, tables, report, memo[key]["run_id"], [s for x in layers for s in suites.layer(x)])
     found: list[Offenders] = []
     counted: list[tuple[Outcome, DataFrame]] = []
-    persisted: list[DataFrame] = []
-    try:
-        for layer in layers:
-            for suite in suites.layer(layer):
-                frame = load_frame(suite.frame, spark, tables, inputs)
-                if frame.df is not None:
-                    frame.df = frame.df.persist()
-                    persisted.append(frame.df)
-                outcomes, to_q = evaluate_suite(
-                    suite, frame, params, run_id, settings.policy, dict(settings.overrides), requirements
-                )
-                report.outcomes += outcomes
-                for o, predicate in to_q:
-                    keys = offender_keys(frame.df, suite.key, predicate)
-                    detail = f"{o.suite}.{o.expectation} ({o.expectation_type} {o.details.get('kwargs')})"
-                    found.append(offenders(o.suite, o.expectation, detail, suite.version, keys))
-                    counted.append((o, keys))
-        for o, keys in counted:
-            o.quarantined_rows = keys.count()
-        if found:
-            report.quarantined = move_to_quarantine(spark, tables, found)  # silver's write
-            log.warning("quality: %d records moved to silver.quarantine", report.quarantined)
-    finally:
-        for df in persisted:
-            df.unpersist()
+    for layer in layers:
+        for suite in suites.layer(layer):
+            frame = load_frame(suite.frame, spark, tables, inputs)
+            outcomes, to_q = evaluate_suite(
+                suite,
+                frame,
+                params,
+                run_id,
+                settings.policy,
+                dict(settings.overrides),
+                requirements,
+                settings.local_max_rows,
+            )
+            report.outcomes += outcomes
+            for o, predicate in to_q:
+                keys = offender_keys(frame.df, suite.key, predicate)
+                detail = f"{o.suite}.{o.expectation} ({o.expectation_type} {o.details.get('kwargs')})"
+                found.append(offenders(o.suite, o.expectation, detail, suite.version, keys))
+                counted.append((o, keys))
+    for o, keys in counted:
+        o.quarantined_rows = keys.count()
+    if found:
+        report.quarantined = move_to_quarantine(spark, tables, found)  # silver's write
+        log.warning("quality: %d records moved to silver.quarantine", report.quarantined)
     if seen is not None:  # what each set of layers was last validated at, carried from commit to commit
         memo[key] = {"run_id": run_id, "inputs": seen}
     with lake.commit_metadata(spark, {"validated": memo}):

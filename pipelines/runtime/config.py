@@ -159,6 +159,12 @@ class QualitySettings(_Model):
     overrides: dict[str, Policy] = Field(default_factory=dict, description="suite or expectation -> policy")
     max_clock_skew_minutes: int = Field(10, ge=0)
     max_pending_transaction_minutes: int = Field(15, ge=0)
+    local_max_rows: int = Field(
+        1_000_000,
+        ge=0,
+        description="a suite's frame of at most this many rows is validated in the driver by GX's pandas "
+        "engine (one Spark job collects it) instead of on Spark (jobs per rule); 0: always on Spark",
+    )
     truth_snapshot: str | None = Field(
         None,
         description="truth snapshot file (docs/truth-snapshot.md) gold must equal, or 'live': fetched from the "

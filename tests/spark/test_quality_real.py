@@ -60,19 +60,14 @@ def real(spark, real_dir, tmp_path_factory: pytest.TempPathFactory) -> tuple[Tab
 
 def validate(spark, tables: Tables, layers: tuple[str, ...]) -> dict[tuple[str, str], Outcome]:
     """Every suite of ``layers`` on the lakehouse, as the quality stage evaluates it."""
-    params = params_of(QualitySettings())
+    settings = QualitySettings()
+    params = params_of(settings)
     inputs = Inputs(now_ms=1_800_000_000_000, partitions={})  # 2027: after every commit in the files
     out = {}
     for layer in layers:
         for suite in load_suites().layer(layer):
             frame = load_frame(suite.frame, spark, tables, inputs)
-            if frame.df is not None:
-                frame.df = frame.df.persist()
-            try:
-                outcomes, _ = evaluate_suite(suite, frame, params, "real-files")
-            finally:
-                if frame.df is not None:
-                    frame.df.unpersist()
+            outcomes, _ = evaluate_suite(suite, frame, params, "real-files", local_max_rows=settings.local_max_rows)
             out.update({(o.suite, o.expectation): o for o in outcomes})
     return out
 

@@ -3,7 +3,8 @@
 Tiny DataFrames built by hand go through the suites' frame builders and Great Expectations
 (one GX validation per suite, several violations each). Expected counts are worked out from the
 rows below, not taken from a run; group placements are Java's String.hashCode by hand
-("g" = 103, "a" = 97, "b" = 98, ...).
+("g" = 103, "a" = 97, "b" = 98, ...). Every test runs on both of GX's engines the stage uses
+(pipelines/quality/engine.py): Spark, and pandas for frames collected to the driver.
 """
 
 from __future__ import annotations
@@ -25,13 +26,28 @@ MIN = 60_000
 PARAMS = params_of(QualitySettings())  # skew 10 min, pending 15 min
 
 
+# quality.local_max_rows: 0 validates on Spark; the default collects these tiny frames to pandas
+ENGINES = {"spark": 0, "pandas": QualitySettings().local_max_rows}
+_engine = {"local_max_rows": 0}
+
+
+@pytest.fixture(scope="module", params=sorted(ENGINES), autouse=True)
+def gx_engine(request) -> str:
+    _engine["local_max_rows"] = ENGINES[request.param]
+    return request.param
+
+
 @pytest.fixture(scope="module")
 def suites():
     return load_suites()
 
 
+def evaluate(suite, frame, *args, **kw):
+    return evaluate_suite(suite, frame, PARAMS, "rules-test", *args, local_max_rows=_engine["local_max_rows"], **kw)
+
+
 def run(suites, name: str, frame, **kw):
-    outcomes, to_q = evaluate_suite(suites[name], frame, PARAMS, "rules-test", **kw)
+    outcomes, to_q = evaluate(suites[name], frame, **kw)
     return {o.expectation: o for o in outcomes}, to_q
 
 
@@ -129,7 +145,7 @@ def test_silver_offset_commits_rules(spark, suites) -> None:
     frame = frames.silver_offset_commits(commits, {}, NOW)
     suite = suites["silver.offset_commits"]
     only = dataclasses.replace(suite, expectations=(suite.expectation("offsets_partition_matches_group"),))
-    outcomes, _ = evaluate_suite(only, frame, PARAMS, "rules-test")
+    outcomes, _ = evaluate(only, frame)
     assert [(o.evaluated, o.success, o.action) for o in outcomes] == [(False, None, "not_evaluated")]
     assert "offsets_partitions unknown" in outcomes[0].details["reason"]
 
@@ -415,19 +431,20 @@ def test_silver_topic_ids_rules(spark, suites) -> None:
     assert sorted(samples) == sorted(["AAAAAAAAAAAAAAAAAAAAAA", "Mj7b3x1aQO2Fq0h9Yw_-kB", "short"])
 
 
-def test_samples_are_asked_for_only_when_a_rule_fails(spark, suites, monkeypatch) -> None:
+def test_samples_are_asked_for_only_when_a_rule_fails(spark, suites, monkeypatch, gx_engine) -> None:
     """A first pass asks GX for counts only (no sample query per rule); a suite with a failing rule
-    is validated again with samples, and only that validation stays for the Data Docs."""
-    from pipelines.quality import engine as gx_engine
+    is validated again with samples, and only that validation stays for the Data Docs (made by
+    the engine this module's run is for)."""
+    from pipelines.quality import engine as gx_engine_module
 
     formats = []
-    real_run = gx_engine.Engine._run
+    real_run = gx_engine_module.Engine._run
 
-    def spy(self, definition, suite, df, params, run_id, result_format):
+    def spy(self, definition, suite, data, params, run_id, result_format):
         formats.append(result_format["partial_unexpected_count"])
-        return real_run(self, definition, suite, df, params, run_id, result_format)
+        return real_run(self, definition, suite, data, params, run_id, result_format)
 
-    monkeypatch.setattr(gx_engine.Engine, "_run", spy)
+    monkeypatch.setattr(gx_engine_module.Engine, "_run", spy)
     store = engine().context.validation_results_store
     good = ("c1", "Mj7b3x1aQO2Fq0h9Yw_-kA", "orders")
     for rows, passes in (([good], True), ([good, ("c1", "short", "s")], False)):
@@ -436,7 +453,9 @@ def test_samples_are_asked_for_only_when_a_rule_fails(spark, suites, monkeypatch
         df = spark.createDataFrame(rows, "cluster string, topic_id string, topic_name string")
         out, _ = run(suites, "silver.topic_ids", frames.Frame(frames.silver_topic_ids(df)))
         assert formats == ([0] if passes else [0, 10])
-        assert len(set(store.list_keys()) - stored) == 1
+        (key,) = set(store.list_keys()) - stored
+        source = store.get(key).meta["active_batch_definition"]["datasource_name"]
+        assert source == {"spark": gx_engine_module.DATASOURCE, "pandas": gx_engine_module.LOCAL_DATASOURCE}[gx_engine]
         samples = out["topic_id_is_a_uuid"].details["partial_unexpected_list"]
         assert samples == ([] if passes else ["short"])
 
