@@ -49,13 +49,15 @@ _LONGEST_FIRST = (
     "test_serve",
     "test_silver_generated",
     "test_gold",
+    # builds the real files' lakehouse (bronze, silver, gold of all 268), then every suite on it;
+    # test_silver_real reads the same lakehouse near the end, when it is long built
+    "test_quality_real",
     "test_gold_splits",
     "test_bronze_segments",
     "test_quality_pipeline",
     "test_cli_errors",
     "test_bronze_s3",
     "test_silver_quarantine",
-    "test_quality_real",  # bronze, silver and gold of the 268 real files, then every suite
     "test_silver_real",
     "test_analyst_guide",
 )

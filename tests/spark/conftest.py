@@ -12,6 +12,7 @@ import pytest
 def spark() -> Iterator:
     from pipelines.runtime.config import SparkSettings
     from pipelines.runtime.spark import build_session
+    from tests.support.jvm import TIER_SESSION_JAVA_OPTIONS
 
     session = build_session(
         SparkSettings(
@@ -22,6 +23,7 @@ def spark() -> Iterator:
                 "spark.default.parallelism": "2",
                 # Delta rebuilds table state with 50 tasks by default: a lot of overhead on tiny tables
                 "spark.databricks.delta.snapshotPartitions": "2",
+                "spark.driver.extraJavaOptions": TIER_SESSION_JAVA_OPTIONS,
             },
         )
     )
@@ -46,5 +48,17 @@ def shared_lakehouse(spark, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     from tests.support.build_once import assert_unchanged, build_once
 
     shared = SharedLakehouse(build_once(tmp_path_factory, "shared-lakehouse", lambda base: build(base, spark)))
+    yield shared
+    assert_unchanged(shared.base)
+
+
+@pytest.fixture(scope="session")
+def real_lakehouse(spark, real_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """All real segment files through bronze, silver and gold (tests/spark/real_lakehouse.py):
+    built once per run whichever worker asks first, left exactly as built by every test."""
+    from tests.spark.real_lakehouse import RealLakehouse, build
+    from tests.support.build_once import assert_unchanged, build_once
+
+    shared = RealLakehouse(build_once(tmp_path_factory, "real-lakehouse", lambda base: build(base, spark, real_dir)))
     yield shared
     assert_unchanged(shared.base)

@@ -1,7 +1,7 @@
 """All 268 real segment files through every bronze, silver and gold suite.
 
-One lakehouse for the module (the spark tier is over its budget): the files through bronze,
-silver and gold as 69 clusters (one per source directory), then every suite on the tables the
+The tier's shared lakehouse of the files (tests/spark/real_lakehouse.py: bronze, silver and gold
+as 69 clusters, one per source directory, built once per run), then every suite on the tables the
 way the quality stage reads them (its frames, its GX engine; without writing quality.results or
 Data Docs). What each suite judged is counted from the files with ``inspect``, not from the
 lakehouse. The files' partition counts are unknown (no offsets_partitions), so the partition
@@ -14,19 +14,16 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.bronze.ingest import ingest_segments
 from pipelines.codec.primitives import ZERO_UUID
-from pipelines.gold import run_gold
 from pipelines.quality.frames import Inputs, load_frame
 from pipelines.quality.results import Outcome
 from pipelines.quality.stage import evaluate_suite, params_of
 from pipelines.quality.suites import load_suites
-from pipelines.runtime.config import QualitySettings, SegmentsSource
+from pipelines.runtime.config import QualitySettings
 from pipelines.runtime.tables import Tables
-from pipelines.silver.ingest import run_silver
+from tests.spark.real_lakehouse import RealLakehouse
 from tests.support.quality import LogCounts, log_counts, records_by_position
 
-CLUSTER = r"real-segments/(?P<cluster>[^/]+)/"
 MARKER_RULES = ("control_type_commit_or_abort", "marker_has_producer", "coordinator_epoch_not_negative")
 TOPIC_ID_RULES = ("key_unique", "one_name_per_topic_id", "topic_id_is_a_uuid", "topic_name_is_legal")
 # rules that cannot be judged on these files, and why
@@ -45,17 +42,10 @@ EMPTY_HERE = {"gold.pending_transactions", "gold.consumer_group_members", "gold.
 
 
 @pytest.fixture(scope="module")
-def real(spark, real_dir, tmp_path_factory: pytest.TempPathFactory) -> tuple[Tables, LogCounts]:
+def real(spark, real_dir, real_lakehouse: RealLakehouse) -> tuple[Tables, LogCounts]:
     records = records_by_position(real_dir, lambda seg: seg.path.relative_to(real_dir).parts[0])
     assert len(records) == 40520  # log positions (two segments of one directory repeat 6 records)
-    for db in ("bronze", "silver", "gold", "quality"):
-        spark.sql(f"DROP SCHEMA IF EXISTS {db} CASCADE")
-    tables = Tables(spark, str(tmp_path_factory.mktemp("quality-real") / "lakehouse"))
-    src = SegmentsSource(kind="segments", cluster="unused", paths=[str(real_dir)], cluster_from_path=CLUSTER)
-    ingest_segments(spark, tables, "real", src, "run", "/")
-    run_silver(spark, tables, "run")
-    run_gold(spark, tables, "run")
-    return tables, log_counts(records)
+    return real_lakehouse.register(spark), log_counts(records)
 
 
 def validate(spark, tables: Tables, layers: tuple[str, ...]) -> dict[tuple[str, str], Outcome]:

@@ -1,4 +1,5 @@
-"""Silver from all 268 real broker segment files (69 source directories as 69 clusters).
+"""Silver from all 268 real broker segment files (69 source directories as 69 clusters; the
+tier's shared lakehouse of the files, tests/spark/real_lakehouse.py).
 
 Zero records quarantined, and silver reconciles with bronze counted in records — per cluster and
 offsets partition, against what ``inspect`` finds in the files (not against silver's own counts).
@@ -8,17 +9,15 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-from pipelines.bronze.ingest import ingest_segments
 from pipelines.codec.segments import discover
 from pipelines.inspect import iter_record_json
-from pipelines.runtime.config import SegmentsSource
 from pipelines.silver import RECORD_TABLES
-from pipelines.silver.ingest import run_silver
 from tests.conftest import real_segments_dir
+from tests.spark.real_lakehouse import RealLakehouse
 from tests.support.silver import read
 
 
-def test_real_segments_decode_completely_and_reconcile_by_record(spark, tables) -> None:
+def test_real_segments_decode_completely_and_reconcile_by_record(spark, real_lakehouse: RealLakehouse) -> None:
     root = real_segments_dir()
     # what the files hold, one entry per log position (two segments of one directory repeat 6 records)
     records: dict[tuple[str, int, int], dict] = {}
@@ -27,14 +26,12 @@ def test_real_segments_decode_completely_and_reconcile_by_record(spark, tables) 
         for line in iter_record_json([seg]):
             records[(cluster, seg.partition, line["offset"])] = line
     assert len(records) == 40520
-    src = SegmentsSource(
-        kind="segments", cluster="unused", paths=[str(root)], cluster_from_path=r"real-segments/(?P<cluster>[^/]+)/"
-    )
-    ingest_segments(spark, tables, "real", src, "run", "/")
-    result = run_silver(spark, tables, "run")
-    assert result.bronze_rows == 40520 and result.quarantined == 0
+    tables = real_lakehouse.register(spark)
+    result = real_lakehouse.silver_result()
+    assert result["mode"] == "snapshot", "the first run decodes bronze's snapshot"
+    assert result["bronze_rows"] == 40520 and result["quarantined"] == 0
     assert read(spark, tables, "quarantine") is None, "no quarantine table: nothing was ever quarantined"
-    written = {t for t, n in result.rows.items() if n}
+    written = {t for t, n in result["rows"].items() if n}
     assert written == {"offset_commits", "group_metadata", "group_members", "tombstones"}
 
     expected: Counter = Counter()

@@ -10,6 +10,11 @@ that lives for a whole tier (the spark fixture's) keeps the default: there, C1 o
 from __future__ import annotations
 
 SHORT_RUN_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+# The spark tier's own session (tests/spark/conftest.py): two of them share the 2 cores (one per
+# xdist worker) for a whole tier of small jobs, and G1's concurrent threads compete with the other
+# worker's. The throughput collector made test_silver_generated.py alone 142-145 s instead of
+# 157-167 s (quiet 2-core machine, 2026-11-27); the serial collector 149 s, C1 only 189 s.
+TIER_SESSION_JAVA_OPTIONS = "-XX:+UseParallelGC"
 # for a jobs.yaml's spark.conf
 SHORT_RUN_CONF = {"spark.driver.extraJavaOptions": SHORT_RUN_JAVA_OPTIONS}
 # the same in a jobs.yaml written as text, inside the braces of spark.conf
