@@ -17,11 +17,11 @@ from typing import Any
 from pipelines.bronze.ingest import ingest_segments
 from pipelines.gold import run_gold
 from pipelines.runtime.config import SegmentsSource
-from pipelines.runtime.tables import Tables
+from pipelines.runtime.tables import LAYERS, Tables
 from pipelines.silver.ingest import run_silver
+from tests.support import build_once
 
-CLUSTER_FROM_PATH = r"real-segments/(?P<cluster>[^/]+)/"
-LAYERS = ("bronze", "silver", "gold", "quality")
+CLUSTER_FROM_PATH = r"real-segments/(?P<cluster>[^/]+)/"  # a cluster per source directory
 
 
 @dataclass(frozen=True)
@@ -36,13 +36,7 @@ class RealLakehouse:
         return json.loads((self.base / "silver-result.json").read_text())
 
     def register(self, spark) -> Tables:
-        """This session's table names pointed at the shared lakehouse (external tables: dropping
-        the schemas drops no data)."""
-        for db in LAYERS:
-            spark.sql(f"DROP SCHEMA IF EXISTS {db} CASCADE")
-        tables = Tables(spark, str(self.root))
-        tables.register_existing()
-        return tables
+        return build_once.register(spark, self.root)
 
 
 def build(base: Path, spark, real_dir: Path) -> None:

@@ -22,7 +22,8 @@ from typing import NamedTuple
 
 from pipelines.generate import generate
 from pipelines.runner import Context, run_job
-from pipelines.runtime.tables import Tables
+from pipelines.runtime.tables import LAYERS, Tables
+from tests.support import build_once
 from tests.support.jvm import SHORT_RUN_YAML
 
 
@@ -38,7 +39,6 @@ CLUSTERS = {
     "c2": Log(records=1000, seed=12, partitions=2, segment_bytes=16 * 1024),
 }
 JOB = "lake"
-LAYERS = ("bronze", "silver", "gold", "quality")
 
 
 def jobs_yaml(root: Path, logs: Path) -> str:
@@ -73,13 +73,7 @@ class SharedLakehouse:
         return self.base / "logs" / cluster
 
     def register(self, spark) -> Tables:
-        """Point this session's table names (``gold.current_offsets``...) at the shared lakehouse:
-        names follow the root that registered them last, and other modules register their own."""
-        for db in LAYERS:
-            spark.sql(f"DROP SCHEMA IF EXISTS {db} CASCADE")  # external tables: no data is dropped
-        tables = Tables(spark, str(self.root))
-        tables.register_existing()
-        return tables
+        return build_once.register(spark, self.root)
 
     def copy_to(self, dest: Path) -> Path:
         """A copy of the lakehouse under ``dest`` for a test that changes it; returns the copy's

@@ -25,6 +25,7 @@ from pipelines.runtime import lake
 from pipelines.runtime.config import SegmentsSource
 from pipelines.runtime.tables import Tables
 from tests.conftest import real_segments_dir
+from tests.spark.real_lakehouse import CLUSTER_FROM_PATH
 
 RUN = "test-run"
 
@@ -66,7 +67,7 @@ def test_real_segments_every_cluster_and_partition(spark, tables) -> None:
             positions.setdefault((cluster, seg.partition), set()).add(line["offset"])
             records += 1
     expected = Counter({k: len(v) for k, v in positions.items()})
-    src = source([str(root)], cluster="unused", cluster_from_path=r"real-segments/(?P<cluster>[^/]+)/")
+    src = source([str(root)], cluster="unused", cluster_from_path=CLUSTER_FROM_PATH)
     first = ingest_segments(spark, tables, "real", src, RUN, "/")
     assert first.rows_read == records == 40526
     # one source directory holds two segments that both contain 6 records (a compaction caught

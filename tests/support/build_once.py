@@ -66,6 +66,19 @@ def build_once(factory: pytest.TempPathFactory, name: str, build: Callable[[Path
     return target
 
 
+def register(spark, root: Path):
+    """Point this session's table names (``gold.current_offsets``...) at the lakehouse under
+    ``root``: names follow the root that registered them last, and other modules register their
+    own. The tables are external: dropping the schemas drops no data."""
+    from pipelines.runtime.tables import LAYERS, Tables
+
+    for db in LAYERS:
+        spark.sql(f"DROP SCHEMA IF EXISTS {db} CASCADE")
+    tables = Tables(spark, str(root))
+    tables.register_existing()
+    return tables
+
+
 def fingerprint(root: Path) -> dict[str, str]:
     """Every file under ``root`` with a digest of its bytes (a few MB in all: cheap)."""
     return {
