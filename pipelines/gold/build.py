@@ -15,11 +15,12 @@ One run (docs/gold.md):
    (:func:`pipelines.gold.events.partition_events`) and runs
    :class:`pipelines.gold.engine.PartitionReplay`, which returns the partition's complete current
    state, the history and generation intervals it closed, and the open ones.
-3. **Write**, after marking the partitions in flight: each current table's rows of the processed
-   partitions are replaced (a dynamic partition overwrite, :func:`lake.overwrite_partitions`, and a
-   delete for a partition a run emptied); offset_history and group_generations are partitioned by
-   ``is_current`` too, so a run appends the intervals it closed and overwrites only the open
-   ones — a run's cost follows the current state, not the history. No MERGE.
+3. **Write**, after marking the partitions in flight: one commit per table the run changed. A
+   current table's rows of the processed partitions are replaced (``replaceWhere`` on partition
+   columns: the old files dropped without reading them, partitions a run emptied with them);
+   offset_history and group_generations are partitioned by ``is_current`` too, so the same commit
+   adds the intervals a run closed and replaces only the open ones — a run's cost follows the
+   current state, not the history. No MERGE.
 4. **Progress** last, carrying the silver versions consumed. A run killed between its writes
    leaves the in-flight mark, and the next run recomputes those partitions from their start.
 """
@@ -40,7 +41,7 @@ from pipelines.gold.engine import DEFAULT_RETENTION_MS, PartitionInput, Partitio
 from pipelines.gold.events import SOURCE_TABLES, partition_events, read_schemas
 from pipelines.gold.lag import build_lag
 from pipelines.gold.plan import PART, Pair, Plan, make_plan, progress_rows
-from pipelines.runtime import faults, lake
+from pipelines.runtime import blobs, faults, lake
 from pipelines.runtime.ddl import arrow_type
 from pipelines.runtime.files import read_parquet
 from pipelines.runtime.lake import partitions_predicate
@@ -260,7 +261,7 @@ def _replay_function(
                 "rows": pa.array([p[2].num_rows for p in parts], pa.int64()),
                 # a recomputed partition is rewritten whole; else only the tables the run changed
                 "changed": pa.array([p[3] for p in parts], pa.bool_()),
-                "data": pa.array([_ipc(p[2]) for p in parts], pa.binary()),
+                "data": pa.array([blobs.ipc(p[2]) for p in parts], pa.binary()),
             }
         )
 
@@ -289,20 +290,6 @@ def _with_partition(rows: pa.Table, cluster: str, part: int, table: str, schema:
     return pa.Table.from_arrays(cols, schema=schema)
 
 
-def _ipc(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return sink.getvalue().to_pybytes()
-
-
-def _unpack(batches):  # Iterator[pa.RecordBatch] -> Iterator[pa.RecordBatch]
-    """mapInArrow body: the rows of the IPC streams in the ``data`` column."""
-    for batch in batches:
-        for blob in batch.column("data").to_pylist():
-            yield from pa.ipc.open_stream(blob)
-
-
 def _progress_of(out: DataFrame) -> dict[tuple[str, int], dict[str, Any]]:
     """Per processed partition: applied offset, events, log time, soft deletes purged."""
     done = {}
@@ -313,89 +300,80 @@ def _progress_of(out: DataFrame) -> dict[tuple[str, int], dict[str, Any]]:
 
 
 @dataclass(frozen=True)
-class _Write:
-    """One commit to a gold table: ``append`` or ``overwrite`` (the partitions the rows are in:
-    dynamic partition overwrite) the rows of the replay's output selected by ``parts`` (part ->
-    partitions), or ``delete`` the rows matching ``where`` (partitions left empty)."""
+class TableWrite:
+    """The one commit a run makes to a gold table: the rows of the replay's output that ``parts``
+    selects (part -> partitions) replace the table's rows matching ``where``, or are appended
+    when ``where`` is None (no partition they replace was ever written)."""
 
-    mode: str
-    parts: dict[str, list[Pair]] = field(default_factory=dict)
-    where: str = ""
+    parts: dict[str, list[Pair]]
+    where: str | None
 
 
-def _writes(plan: Plan, changed: dict[tuple[str, str], list[Pair]], nonempty: dict[tuple[str, str], list[Pair]]):
-    """Per table, its commits in order. A current table overwrites the partitions the run changed
-    (and deletes those left without rows). An interval table appends the intervals a resumed
-    partition closed, then overwrites the open intervals of the changed partitions and every row
-    of a recomputed one: its open intervals are a partition of their own (``is_current``), so
-    history already written is never rewritten."""
-    out: dict[str, list[_Write]] = {}
+def table_writes(
+    plan: Plan, changed: dict[tuple[str, str], list[Pair]], nonempty: dict[tuple[str, str], list[Pair]]
+) -> dict[str, TableWrite]:
+    """Per table that a run changed, its one commit. A current table replaces its rows of the
+    partitions the run changed. An interval table adds the intervals a resumed partition closed
+    and replaces only its open ones, which are a partition of their own (``is_current``), so
+    history already written is never rewritten; a recomputed partition replaces all its rows.
+    Only partitions gold wrote before (in ``plan.progress``, where a run marks them in flight
+    before its first write) can have rows to replace: a first write is an append."""
+    out: dict[str, TableWrite] = {}
     for table in GOLD_TABLES:
+        written: list[str] = []  # predicates on the rows the commit replaces
         if table not in INTERVALS:
-            pairs, kept = changed.get((table, ALL), []), set(nonempty.get((table, ALL), []))
-            writes = [_Write("overwrite", {ALL: sorted(kept)})] if kept else []
-            emptied = [p for p in pairs if p not in kept and p in plan.progress]  # a first write has none
-            if emptied:
-                writes.append(_Write("delete", where=partitions_predicate(emptied)))
-            if writes:
-                out[table] = writes
-            continue
-        opened = changed.get((table, OPEN), [])
-        full = [p for p in opened if p not in plan.incremental_from]
-        resumed = [p for p in opened if p in plan.incremental_from]
-        closed = set(nonempty.get((table, CLOSED), []))
-        open_rows = set(nonempty.get((table, OPEN), []))
-        writes = []
-        appended = [p for p in resumed if p in closed]
-        if appended:
-            writes.append(_Write("append", {CLOSED: appended}))
-        over = {CLOSED: [p for p in full if p in closed], OPEN: sorted(open_rows & set(opened))}
-        if over[CLOSED] or over[OPEN]:
-            writes.append(_Write("overwrite", over))
-        # partitions the overwrite leaves as they were although the run emptied them (only where
-        # gold wrote before: a first write has nothing to clear)
-        emptied = [(p, "false") for p in full if p not in closed] + [(p, "true") for p in opened if p not in open_rows]
-        emptied = [
-            f"({partitions_predicate([p])} AND {CURRENT_FLAG} = {flag})" for p, flag in emptied if p in plan.progress
-        ]
-        if emptied:
-            writes.append(_Write("delete", where=" OR ".join(emptied)))
-        if writes:
-            out[table] = writes
+            pairs = changed.get((table, ALL), [])
+            rows = set(nonempty.get((table, ALL), []))
+            parts = {ALL: [p for p in pairs if p in rows]}
+            if before := [p for p in pairs if p in plan.progress]:
+                written.append(partitions_predicate(before))
+        else:
+            pairs = changed.get((table, OPEN), [])
+            closed, open_ = set(nonempty.get((table, CLOSED), [])), set(nonempty.get((table, OPEN), []))
+            parts = {CLOSED: [p for p in pairs if p in closed], OPEN: [p for p in pairs if p in open_]}
+            before = [p for p in pairs if p in plan.progress]
+            if resumed := [p for p in before if p in plan.incremental_from]:
+                written.append(f"(({partitions_predicate(resumed)}) AND {CURRENT_FLAG} = true)")
+            if full := [p for p in before if p not in plan.incremental_from]:
+                written.append(partitions_predicate(full))
+        if any(parts.values()) or written:
+            out[table] = TableWrite(parts, " OR ".join(written) if written else None)
     return out
 
 
-def _write(spark: SparkSession, tables: Tables, out: DataFrame, writes: dict[str, list[_Write]]) -> None:
+def _write(
+    spark: SparkSession,
+    tables: Tables,
+    out: DataFrame,
+    writes: dict[str, TableWrite],
+    sizes: dict[tuple[str, str, Pair], int],
+) -> None:
     """Run the commits: the tables in parallel, a table's own commits in order; a table no
-    partition changed is not written."""
+    partition changed is not written. ``sizes``: rows per (table, part, partition) of ``out``."""
     names = topic_names(spark, tables).persist() if any(t in writes for t in NAMED) else None
 
     def write(table: str) -> None:
-        ddl = tables.spec("gold", table).ddl_columns()
-        path = tables.path("gold", table)
-        for w in writes[table]:
-            if w.mode == "delete":
-                lake.delete_where(spark, path, w.where)
-                continue
-            pick = [
-                (F.col("part") == part) & F.expr(partitions_predicate(pairs))
-                for part, pairs in w.parts.items()
-                if pairs
-            ]
-            cond = pick[0]
-            for c in pick[1:]:
-                cond = cond | c
-            blobs = out.where((F.col("table") == table) & F.col("changed") & cond)
-            rows = blobs.select("data").mapInArrow(_unpack, ddl)
-            if table in NAMED and names is not None:
-                rows = fill_topic_names(rows, list(NAMED[table]), names)
-            if w.mode == "append":
-                lake.append(rows, path)
-            else:
-                lake.overwrite_partitions(rows, path)
+        w = writes[table]
+        pick = [
+            (F.col("part") == part) & F.expr(partitions_predicate(pairs)) for part, pairs in w.parts.items() if pairs
+        ]
+        cond = F.lit(False)
+        for c in pick:
+            cond = cond | c
+        picked = out.where((F.col("table") == table) & F.col("changed") & cond)
+        count = sum(sizes.get((table, part, pair), 0) for part, pairs in w.parts.items() for pair in pairs)
+        rows = blobs.frame(picked, tables.spec("gold", table).ddl_columns(), count)
+        if table in NAMED and names is not None:
+            rows = fill_topic_names(rows, list(NAMED[table]), names)
+        if w.where is None:
+            lake.append(rows, tables.path("gold", table))
+        else:
+            lake.replace_where(rows, tables.path("gold", table), w.where)
 
     try:
-        lake.first_then_parallel(list(writes), write, lambda: faults.point("gold.between_merges"))
+        # an interval table's commit adds closed intervals outside the open ones it replaces
+        with lake.rows_beyond_where(spark):
+            lake.first_then_parallel(list(writes), write, lambda: faults.point("gold.between_merges"))
     finally:
         if names is not None:
             names.unpersist()
@@ -489,6 +467,7 @@ def _replay(
         with result.steps("count"):
             listing = out.select(*PART, "table", "part", "rows", "changed").collect()
             rows = {t: sum(r["rows"] for r in listing if r["table"] == t) for t in GOLD_TABLES}
+            sizes = {(r["table"], r["part"], (r["cluster"], r["offsets_partition"])): r["rows"] for r in listing}
             changed: dict[tuple[str, str], list[Pair]] = {}
             nonempty: dict[tuple[str, str], list[Pair]] = {}
             for r in sorted(listing, key=lambda r: (r["cluster"], r["offsets_partition"])):
@@ -508,7 +487,7 @@ def _replay(
         progress_rows(spark, tables, plan, done, run_id, in_flight=True)
         faults.point("gold.before_merge")
         with result.steps("write tables"):
-            _write(spark, tables, out, _writes(plan, changed, nonempty))
+            _write(spark, tables, out, table_writes(plan, changed, nonempty), sizes)
         if plan.names_changed and plan.progress:  # a first run wrote every member row with today's names
             with result.steps("topic names"):
                 _refresh_names(spark, tables)

@@ -17,10 +17,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import functions as F
 
+from pipelines.runtime import blobs as ipc_blobs
 from pipelines.silver.contract import KEY, MEMBER_TABLE, RECORD_TABLES
 from pipelines.silver.decode import INPUT_COLUMNS, DecodePlan
 from pipelines.silver.inventory import combine_census
-from pipelines.silver.split import BLOB_DDL, INVENTORY, RESOLVABLE, TOPIC_IDS, decode_blobs, unpack
+from pipelines.silver.split import BLOB_DDL, INVENTORY, RESOLVABLE, TOPIC_IDS, decode_blobs
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -43,9 +44,10 @@ class Decoded:
     topics: pa.Table | None = None  # (cluster, topic_id, topic_name, first_seen) the rows carry
 
     def table(self, tables: Tables, name: str) -> DataFrame:
-        """The rows of one silver table, in its declared columns."""
+        """The rows of one silver table, in its declared columns (unpacked in as few tasks as
+        their count needs: :func:`pipelines.runtime.blobs.frame`)."""
         ddl = tables.spec("silver", name).ddl_columns()
-        return self.blobs.where(F.col("table") == name).select("data").mapInArrow(unpack, ddl)
+        return ipc_blobs.frame(self.blobs.where(F.col("table") == name), ddl, self.counts.get(name))
 
     def topic_pairs_table(self) -> pa.Table:
         """The topic id pairs of these rows, each with its earliest record time."""

@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines.codec import primitives as P
+from pipelines.runtime.blobs import ipc
 from pipelines.silver.contract import MEMBER_TABLE, RECORD_TABLES
 from pipelines.silver.decode import ENVELOPE_COLUMNS, MEMBERS, DecodePlan, decode_batch
 
@@ -36,10 +37,8 @@ __all__ = [
     "TOPIC_IDS",
     "census",
     "decode_blobs",
-    "ipc",
     "split_batch",
     "topic_pairs",
-    "unpack",
 ]
 
 BLOB_DDL = "table string, rows bigint, data binary"
@@ -65,21 +64,6 @@ RESOLVED_BY_ID = (
     ("share_group_records", "target_assignment_member"),
     ("share_group_records", "current_member_assignment"),
 )
-
-
-def ipc(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return sink.getvalue().to_pybytes()
-
-
-def unpack(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """mapInArrow body: the rows of the IPC streams in the ``data`` column."""
-    for batch in batches:
-        for blob in batch.column("data").to_pylist():
-            if blob:
-                yield from pa.ipc.open_stream(blob)
 
 
 # -- one decoded batch ------------------------------------------------------------------------------

@@ -1,0 +1,77 @@
+"""The commit gold makes per table (pipelines.gold.build.table_writes): which rows of the replay's
+output it writes and which rows of the table they replace. One commit per table a run changed;
+history already written is never in what a commit replaces."""
+
+from __future__ import annotations
+
+from pipelines.gold.build import ALL, CLOSED, GOLD_TABLES, OPEN, table_writes
+from pipelines.gold.plan import Plan
+
+A0, A1, B0 = ("a", 0), ("a", 1), ("b", 0)
+
+
+def plan(full: list[tuple[str, int]] = (), resumed: list[tuple[str, int]] = (), written=()) -> Plan:
+    """A plan recomputing ``full`` and resuming ``resumed``; ``written``: partitions with progress
+    rows (gold wrote them before, or marked them in flight)."""
+    p = Plan("test", {}, None)
+    p.why = {pair: "test" for pair in full}
+    p.incremental_from = {pair: 10 for pair in resumed}
+    p.progress = {pair: {"applied_offset": 10} for pair in [*written, *resumed]}
+    return p
+
+
+def test_a_first_run_appends_and_writes_only_tables_with_rows() -> None:
+    changed = {("current_offsets", ALL): [A0, A1], ("offset_history", OPEN): [A0, A1]}
+    changed[("offset_history", CLOSED)] = [A0, A1]
+    nonempty = {("current_offsets", ALL): [A0, A1], ("offset_history", CLOSED): [A0], ("offset_history", OPEN): [A1]}
+    writes = table_writes(plan(full=[A0, A1]), changed, nonempty)
+    assert set(writes) == {"current_offsets", "offset_history"}
+    assert writes["current_offsets"].where is None
+    assert writes["current_offsets"].parts == {ALL: [A0, A1]}
+    assert writes["offset_history"].where is None
+    assert writes["offset_history"].parts == {CLOSED: [A0], OPEN: [A1]}
+
+
+def test_a_resumed_partition_replaces_current_rows_and_only_open_intervals() -> None:
+    changed = {(t, p): [A0] for t in GOLD_TABLES for p in (ALL, CLOSED, OPEN)}
+    nonempty = {("current_offsets", ALL): [A0], ("offset_history", CLOSED): [A0], ("offset_history", OPEN): [A0]}
+    writes = table_writes(plan(resumed=[A0]), changed, nonempty)
+    assert writes["current_offsets"].where == "(cluster = 'a' AND offsets_partition IN (0))"
+    # the closed intervals the run made are added; the ones written before are not replaced
+    assert writes["offset_history"].where == "(((cluster = 'a' AND offsets_partition IN (0))) AND is_current = true)"
+    assert writes["offset_history"].parts == {CLOSED: [A0], OPEN: [A0]}
+
+
+def test_a_partition_a_run_emptied_is_cleared_in_the_same_commit() -> None:
+    changed = {("pending_transactions", ALL): [A0, B0], ("group_generations", OPEN): [A0]}
+    nonempty = {("pending_transactions", ALL): [B0]}
+    writes = table_writes(plan(resumed=[A0, B0]), changed, nonempty)
+    assert writes["pending_transactions"].parts == {ALL: [B0]}
+    assert writes["pending_transactions"].where == (
+        "(cluster = 'a' AND offsets_partition IN (0)) OR (cluster = 'b' AND offsets_partition IN (0))"
+    )
+    assert writes["group_generations"].parts == {CLOSED: [], OPEN: []}
+    assert writes["group_generations"].where == "(((cluster = 'a' AND offsets_partition IN (0))) AND is_current = true)"
+
+
+def test_a_recomputed_partition_replaces_all_its_intervals() -> None:
+    changed = {("offset_history", OPEN): [A0, A1], ("offset_history", CLOSED): [A0, A1]}
+    nonempty = {("offset_history", CLOSED): [A0, A1], ("offset_history", OPEN): [A0]}
+    # a0 was written before (a full refresh, late data, a killed run); a1 was not
+    writes = table_writes(plan(full=[A0, A1], written=[A0]), changed, nonempty)
+    assert writes["offset_history"].where == "(cluster = 'a' AND offsets_partition IN (0))"
+    assert writes["offset_history"].parts == {CLOSED: [A0, A1], OPEN: [A0]}
+
+
+def test_mixed_resumed_and_recomputed_partitions() -> None:
+    changed = {("group_generations", OPEN): [A0, A1]}
+    nonempty = {("group_generations", OPEN): [A0, A1]}
+    writes = table_writes(plan(full=[A1], resumed=[A0], written=[A1]), changed, nonempty)
+    assert writes["group_generations"].where == (
+        "(((cluster = 'a' AND offsets_partition IN (0))) AND is_current = true) "
+        "OR (cluster = 'a' AND offsets_partition IN (1))"
+    )
+
+
+def test_a_table_no_partition_changed_is_not_written() -> None:
+    assert table_writes(plan(resumed=[A0]), {}, {}) == {}
