@@ -348,8 +348,8 @@ def _write(
     writes: dict[str, TableWrite],
     sizes: dict[tuple[str, str, Pair], int],
 ) -> None:
-    """Run the commits: the tables in parallel, a table's own commits in order; a table no
-    partition changed is not written. ``sizes``: rows per (table, part, partition) of ``out``."""
+    """Run the commits, one per table in ``writes``: the first alone (a fault point follows it),
+    then the rest in parallel. ``sizes``: rows per (table, part, partition) of ``out``."""
     names = topic_names(spark, tables).persist() if any(t in writes for t in NAMED) else None
 
     def write(table: str) -> None:
