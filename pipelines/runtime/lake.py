@@ -12,6 +12,7 @@ Creating and registering a table (its declared columns, partitioning and propert
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -63,6 +64,7 @@ __all__ = [
     "replace_partitions",
     "replace_where",
     "rows_beyond_where",
+    "session_conf",
     "set_property",
     "sql_in_list",
     "sql_str",
@@ -583,20 +585,26 @@ def replace_where(frame: DataFrame, path: str, where: str | None = None) -> None
 
 
 @contextmanager
-def rows_beyond_where(spark: SparkSession) -> Iterator[None]:
-    """Let :func:`replace_where` inside add rows outside its ``where`` (Delta's check that every
-    row matches it, off for the session meanwhile): one commit that replaces some rows and adds
-    others, e.g. an interval table's open intervals replaced and its newly closed ones added. The
-    caller knows which rows it writes; nothing else may write in the session meanwhile."""
-    previous = spark.conf.get(REPLACE_WHERE_CHECK_CONF, None)
-    spark.conf.set(REPLACE_WHERE_CHECK_CONF, "false")
+def session_conf(spark: SparkSession, key: str, value: str) -> Iterator[None]:
+    """Set the session's SQL setting ``key`` to ``value`` for the code inside, then put back what
+    was there (unset when nothing was)."""
+    previous = spark.conf.get(key, None)
+    spark.conf.set(key, value)
     try:
         yield
     finally:
         if previous is None:
-            spark.conf.unset(REPLACE_WHERE_CHECK_CONF)
+            spark.conf.unset(key)
         else:
-            spark.conf.set(REPLACE_WHERE_CHECK_CONF, previous)
+            spark.conf.set(key, previous)
+
+
+def rows_beyond_where(spark: SparkSession) -> contextlib.AbstractContextManager[None]:
+    """Let :func:`replace_where` inside add rows outside its ``where`` (Delta's check that every
+    row matches it, off for the session meanwhile): one commit that replaces some rows and adds
+    others, e.g. an interval table's open intervals replaced and its newly closed ones added. The
+    caller knows which rows it writes; nothing else may write in the session meanwhile."""
+    return session_conf(spark, REPLACE_WHERE_CHECK_CONF, "false")
 
 
 def replace_partitions(
@@ -677,24 +685,13 @@ def commit_metadata(spark: SparkSession, metadata: dict[str, Any] | None) -> Ite
     if metadata is None:
         yield
         return
-    previous = spark.conf.get(METADATA_CONF, None)
-    spark.conf.set(METADATA_CONF, json.dumps(metadata, sort_keys=True))
-    try:
+    with session_conf(spark, METADATA_CONF, json.dumps(metadata, sort_keys=True)):
         yield
-    finally:
-        if previous is None:
-            spark.conf.unset(METADATA_CONF)
-        else:
-            spark.conf.set(METADATA_CONF, previous)
 
 
 def commit_empty(spark: SparkSession, path: str, schema: StructType, metadata: dict[str, Any] | None) -> None:
     """A commit without rows that carries ``metadata``. Delta skips commits that change nothing
     unless told otherwise; a source whose read range held no new rows still has to record that
     it moved forward."""
-    with commit_metadata(spark, metadata):
-        spark.conf.set(SKIP_EMPTY_CONF, "false")
-        try:
-            append(spark.createDataFrame([], schema), path)
-        finally:
-            spark.conf.unset(SKIP_EMPTY_CONF)
+    with commit_metadata(spark, metadata), session_conf(spark, SKIP_EMPTY_CONF, "false"):
+        append(spark.createDataFrame([], schema), path)

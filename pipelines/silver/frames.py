@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 from pyspark.sql import functions as F
 
 from pipelines.runtime import blobs as ipc_blobs
+from pipelines.runtime import lake
 from pipelines.silver.contract import KEY, MEMBER_TABLE, RECORD_TABLES
 from pipelines.silver.decode import INPUT_COLUMNS, DecodePlan
 from pipelines.silver.inventory import combine_census
@@ -81,20 +82,12 @@ def decode_frame(rows: DataFrame, plan: DecodePlan) -> Decoded:
     """Decode bronze-shaped rows in Spark tasks, once: the blobs checkpointed, their counts read."""
     spark = rows.sparkSession
     present = [c for c in INPUT_COLUMNS if c in rows.columns]
-    conf = "spark.sql.execution.arrow.maxRecordsPerBatch"
-    before = spark.conf.get(conf, None)
-    spark.conf.set(conf, str(DECODE_BATCH_ROWS))
-    try:
+    with lake.session_conf(spark, "spark.sql.execution.arrow.maxRecordsPerBatch", str(DECODE_BATCH_ROWS)):
         blobs = (
             rows.select(*present)
             .mapInArrow(functools.partial(decode_blobs, plan=plan), BLOB_DDL)
             .localCheckpoint(eager=True)
         )
-    finally:
-        if before is None:
-            spark.conf.unset(conf)
-        else:
-            spark.conf.set(conf, before)
     decoded = Decoded(spark, blobs)
     listing = blobs.select("table", "rows").collect()
     counts: dict[str, Any] = {t: 0 for t in (*RECORD_TABLES, MEMBER_TABLE)}
