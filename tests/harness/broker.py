@@ -161,7 +161,7 @@ class KafkaBroker:
     def _format(self, props: Path) -> None:
         if (self.log_dir / "meta.properties").exists():
             return
-        cmd = self._java("kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(props))
+        cmd = self._java("kafka.tools.StorageTool", "format", f"--cluster-id={_cluster_id()}", "-c", str(props))
         for name, level in self.features.items():
             cmd += ["--feature", f"{name}={level}"]
         proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -224,7 +224,11 @@ class KafkaBroker:
 
 
 def _cluster_id() -> str:
-    """A random KRaft cluster id: 16 bytes, URL-safe base64 without padding."""
+    """A random KRaft cluster id: 16 bytes, URL-safe base64 without padding.
+
+    One id in 64 starts with '-', so callers must pass it as ``--cluster-id=<id>``:
+    as a separate argument argparse would read it as an option.
+    """
     import base64
 
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
