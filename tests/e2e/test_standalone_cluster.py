@@ -15,7 +15,7 @@ import pytest
 
 from pipelines.generate import generate
 from tests.e2e.jobrun import run_here
-from tests.support.jvm import SHORT_RUN_YAML
+from tests.support.jvm import SHORT_RUN_JVM_YAML
 
 REPO = Path(__file__).resolve().parents[2]
 COLUMNS = ["cluster", "partition", "offset", "key", "value", "control", "content_hash"]
@@ -113,7 +113,7 @@ def test_standalone_equals_local(spark, standalone: tuple[str, Path], tmp_path: 
 lakehouse: {{root: {root}}}
 spark:
   conf: {{spark.sql.shuffle.partitions: "4", spark.ui.enabled: "false", spark.executor.memory: "1g",
-         {SHORT_RUN_YAML}}}
+         {SHORT_RUN_JVM_YAML}}}
 sources:
   s: {{kind: segments, cluster: sa, paths: [{logs}], split_bytes: 65536}}
 jobs:

@@ -12,7 +12,7 @@ import pytest
 def spark() -> Iterator:
     from pipelines.runtime.config import SparkSettings
     from pipelines.runtime.spark import build_session
-    from tests.support.jvm import TIER_SESSION_JAVA_OPTIONS
+    from tests.support.jvm import INTERPRETED_CONF, TIER_SESSION_JAVA_OPTIONS
 
     session = build_session(
         SparkSettings(
@@ -24,6 +24,7 @@ def spark() -> Iterator:
                 # Delta rebuilds table state with 50 tasks by default: a lot of overhead on tiny tables
                 "spark.databricks.delta.snapshotPartitions": "2",
                 "spark.driver.extraJavaOptions": TIER_SESSION_JAVA_OPTIONS,
+                **INTERPRETED_CONF,
             },
         )
     )
