@@ -69,6 +69,9 @@ MEMBERS = "consumer_group_members"
 NAMED_ARRAYS = ("target_partitions", "assigned_partitions", "partitions_pending_revocation")
 NAMED = {MEMBERS: NAMED_ARRAYS, "share_group_members": ("target_partitions", "assigned_partitions")}
 PROGRESS = "struct<applied_offset:bigint,events:bigint,log_now:bigint,purged:bigint>"
+# a table's commit of at most this many rows is written from the driver by delta-rs
+# (lake.write_arrow: tens of ms where a Spark write costs about a second); larger ones by Spark
+LOCAL_WRITE_ROWS = 200_000
 
 
 @dataclass
@@ -195,7 +198,9 @@ def _replay_function(
     """The mapInArrow body run in Spark tasks: per task row (a partition), read its files, replay,
     and return its output as IPC blobs (:data:`OUTPUT_DDL`)."""
 
-    def one(cluster: str, part: int, applied: int | None, files: dict[str, dict[str, list[str]]]) -> pa.RecordBatch:
+    def one(
+        cluster: str, part: int, applied: int | None, files: dict[str, dict[str, list[str]]], cache: dict
+    ) -> pa.RecordBatch:
         after = -1 if applied is None else applied
 
         def silver(table: str) -> pa.Table | None:
@@ -210,10 +215,18 @@ def _replay_function(
             uris = files["gold"].get(table)
             if not uris:
                 return None
-            rows = read_parquet(uris, state[table])
-            if table in INTERVALS:
-                rows = rows.filter(pc.is_null(rows.column(INTERVALS[table])))
-            return rows
+            # a gold file holds the rows of every offsets partition of its cluster: a task reads it
+            # once for all the partitions it replays and keeps only theirs (``cache["parts"]``)
+            key = (table, tuple(uris))
+            if key not in cache:
+                rows = read_parquet(uris, state[table].append(pa.field("offsets_partition", pa.int32())))
+                rows = rows.filter(pc.is_in(rows.column("offsets_partition"), cache["parts"]))
+                if table in INTERVALS:
+                    rows = rows.filter(pc.is_null(rows.column(INTERVALS[table])))
+                cache[key] = rows
+            rows = cache[key]
+            mine = rows.filter(pc.equal(rows.column("offsets_partition"), part))
+            return mine.select(state[table].names)
 
         inp = PartitionInput(
             cluster,
@@ -267,9 +280,11 @@ def _replay_function(
 
     def run(batches):  # Iterator[pa.RecordBatch] -> Iterator[pa.RecordBatch]
         for batch in batches:
-            for task in batch.to_pylist():
+            tasks = batch.to_pylist()
+            cache: dict = {"parts": pa.array(sorted({t["offsets_partition"] for t in tasks}), pa.int32())}
+            for task in tasks:
                 applied = task["applied"]
-                yield one(task["cluster"], task["offsets_partition"], applied, json.loads(task["files"]))
+                yield one(task["cluster"], task["offsets_partition"], applied, json.loads(task["files"]), cache)
 
     return run
 
@@ -307,6 +322,9 @@ class TableWrite:
 
     parts: dict[str, list[Pair]]
     where: str | None
+    # part -> partitions whose rows lie outside ``where``, added without replacing any: the closed
+    # intervals of resumed partitions, and every row of a partition gold never wrote
+    beyond: dict[str, list[Pair]] = field(default_factory=dict)
 
 
 def table_writes(
@@ -337,7 +355,15 @@ def table_writes(
             if full := [p for p in before if p not in plan.incremental_from]:
                 written.append(partitions_predicate(full))
         if any(parts.values()) or written:
-            out[table] = TableWrite(parts, " OR ".join(written) if written else None)
+            where = " OR ".join(written) if written else None
+            beyond: dict[str, list[Pair]] = {}
+            if where is not None:
+                for part, pairs in parts.items():
+                    closed = part == CLOSED and table in INTERVALS
+                    outside = [p for p in pairs if p not in plan.progress or (closed and p in plan.incremental_from)]
+                    if outside:
+                        beyond[part] = outside
+            out[table] = TableWrite(parts, where, beyond)
     return out
 
 
@@ -347,6 +373,7 @@ def _write(
     out: DataFrame,
     writes: dict[str, TableWrite],
     sizes: dict[tuple[str, str, Pair], int],
+    schemas: dict[str, pa.Schema],
 ) -> None:
     """Run the commits, one per table in ``writes``: the first alone (a fault point follows it),
     then the rest in parallel. ``sizes``: rows per (table, part, partition) of ``out``."""
@@ -362,6 +389,9 @@ def _write(
             cond = cond | c
         picked = out.where((F.col("table") == table) & F.col("changed") & cond)
         count = sum(sizes.get((table, part, pair), 0) for part, pairs in w.parts.items() for pair in pairs)
+        path = tables.path("gold", table)
+        if table not in NAMED and count <= LOCAL_WRITE_ROWS and _write_locally(path, schemas[table], picked, w):
+            return
         rows = blobs.frame(picked, tables.spec("gold", table).ddl_columns(), count)
         if table in NAMED and names is not None:
             rows = fill_topic_names(rows, list(NAMED[table]), names)
@@ -377,6 +407,28 @@ def _write(
     finally:
         if names is not None:
             names.unpersist()
+
+
+def _write_locally(path: str, schema: pa.Schema, picked: DataFrame, w: TableWrite) -> bool:
+    """A table's commit written from the driver (:func:`lake.write_arrow`): its few rows collected
+    from the checkpoint. delta-rs refuses rows outside the predicate it replaces, so the rows
+    beyond it (``w.beyond``) follow in a second commit, an append; a run killed between the two
+    left its partitions in flight, and the next run recomputes them. False when delta-rs cannot
+    write the table (nothing written)."""
+    inside: list[pa.Table] = []
+    beyond: list[pa.Table] = []
+    extra = {(part, pair) for part, pairs in w.beyond.items() for pair in pairs}
+    for r in picked.select(*PART, "part", blobs.DATA).collect():
+        rows = pa.ipc.open_stream(r[blobs.DATA]).read_all()
+        (beyond if (r["part"], (r["cluster"], r["offsets_partition"])) in extra else inside).append(rows)
+    if inside or w.where is not None:
+        # no rows: the partitions replaced lost every row, and the replace clears them
+        main = pa.concat_tables(inside) if inside else schema.empty_table()
+        if not lake.write_arrow(main, path, w.where):
+            return False
+    if beyond:
+        lake.write_arrow(pa.concat_tables(beyond), path)
+    return True
 
 
 def _refresh_names(spark: SparkSession, tables: Tables) -> bool:
@@ -487,7 +539,7 @@ def _replay(
         progress_rows(spark, tables, plan, done, run_id, in_flight=True)
         faults.point("gold.before_merge")
         with result.steps("write tables"):
-            _write(spark, tables, out, table_writes(plan, changed, nonempty), sizes)
+            _write(spark, tables, out, table_writes(plan, changed, nonempty), sizes, schemas)
         if plan.names_changed and plan.progress:  # a first run wrote every member row with today's names
             with result.steps("topic names"):
                 _refresh_names(spark, tables)

@@ -70,6 +70,7 @@ __all__ = [
     "sql_str",
     "tagged_commits",
     "version",
+    "write_arrow",
 ]
 
 log = logging.getLogger("offsets_lakehouse")
@@ -77,6 +78,9 @@ log = logging.getLogger("offsets_lakehouse")
 METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 SKIP_EMPTY_CONF = "spark.databricks.delta.skipRecordingEmptyCommits"
 REPLACE_WHERE_CHECK_CONF = "spark.databricks.delta.replaceWhere.constraintCheck.enabled"
+# table features delta-rs honours when it writes (:func:`write_arrow`); a table with others is
+# written by Spark
+LOCAL_WRITER_FEATURES = {"appendOnly", "invariants", "changeDataFeed", "timestampNtz"}
 
 
 # -- SQL text ------------------------------------------------------------------------------------------
@@ -582,6 +586,35 @@ def replace_where(frame: DataFrame, path: str, where: str | None = None) -> None
     if where is not None and where != "true":
         writer = writer.option("replaceWhere", where)
     writer.save(path)
+
+
+def write_arrow(rows: pa.Table, path: str, where: str | None = None) -> bool:
+    """Append ``rows`` to the existing Delta table at ``path`` (``where`` None), or replace its rows
+    matching ``where`` by them, in one commit written from the driver by delta-rs (``deltalake``),
+    without Spark. For the few rows of an incremental run: a Spark write costs about a second
+    whatever its size (jobs to list the snapshot, to write, to commit), delta-rs tens of
+    milliseconds. Every row must match ``where`` (delta-rs checks it). ``rows`` are cast to the
+    table's schema. False, and nothing written, when delta-rs cannot write the table (a protocol
+    feature it lacks, a store it cannot reach): the caller writes it with Spark instead."""
+    from deltalake import DeltaTable as RsTable  # local: only the driver writes this way
+    from deltalake import write_deltalake
+    from deltalake.exceptions import DeltaProtocolError
+
+    try:
+        table = RsTable(normalise(path))
+        if set(table.protocol().writer_features or ()) - LOCAL_WRITER_FEATURES:
+            return False
+        schema = pa.schema(table.schema().to_arrow())
+    except Exception as exc:  # any reason delta-rs cannot open it: Spark writes it
+        log.debug("delta-rs cannot write %s (%s): Spark writes it", path, exc)
+        return False
+    rows = rows.select(schema.names).cast(schema)
+    try:
+        write_deltalake(table, rows, mode="append" if where is None else "overwrite", predicate=where)
+    except DeltaProtocolError as exc:  # refused before it committed anything
+        log.debug("delta-rs refuses to write %s (%s): Spark writes it", path, exc)
+        return False
+    return True
 
 
 @contextmanager

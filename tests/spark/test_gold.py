@@ -177,19 +177,20 @@ def test_runs_over_slices_end_in_the_expected_state(spark, tables, generated, tm
     # the spec oracle, which shares no code with gold or the reference replay: every table the
     # retention does not purge (current_offsets loses its old soft deletes) after the three runs
     check_against_oracle(spark, tables, generated, [t for t in GOLD_SECTIONS if t != "current_offsets"])
-    # a gold table laid out by an older version (partitioned by cluster only: it cannot take this
-    # version's partition overwrites) makes the next run drop gold and rebuild it from silver; that
+    # a gold table laid out by an older version (partitioned by cluster and offsets partition, as
+    # before 2026-11-27) makes the next run drop gold and rebuild it from silver; that
     # full refresh, without a retention, brings the purged soft deletes back (and nothing else)
     from pipelines.runtime import lake
 
     path = tables.path("gold", "pending_transactions")
     lake.drop(spark, path)
     columns = tables.spec("gold", "pending_transactions").ddl_columns()
-    spark.createDataFrame([], columns).write.format("delta").partitionBy("cluster").save(path)
-    assert lake.partition_columns(spark, path) == ["cluster"]
+    old_layout = ["cluster", "offsets_partition"]
+    spark.createDataFrame([], columns).write.format("delta").partitionBy(*old_layout).save(path)
+    assert lake.partition_columns(spark, path) == old_layout
     rebuilt = run_gold(spark, tables, "g-rebuild")
     assert rebuilt.mode == "full refresh" and rebuilt.partitions_recomputed == 4
-    assert lake.partition_columns(spark, path) == ["cluster", "offsets_partition"]
+    assert lake.partition_columns(spark, path) == ["cluster"]
     assert gold(spark, tables) == {**want, "deleted": all_deleted}
     check_against_oracle(spark, tables, generated, list(GOLD_SECTIONS))  # the rebuild: every table
 

@@ -28,6 +28,7 @@ def test_a_first_run_appends_and_writes_only_tables_with_rows() -> None:
     assert set(writes) == {"current_offsets", "offset_history"}
     assert writes["current_offsets"].where is None
     assert writes["current_offsets"].parts == {ALL: [A0, A1]}
+    assert writes["current_offsets"].beyond == {}  # no predicate: one append
     assert writes["offset_history"].where is None
     assert writes["offset_history"].parts == {CLOSED: [A0], OPEN: [A1]}
 
@@ -40,6 +41,9 @@ def test_a_resumed_partition_replaces_current_rows_and_only_open_intervals() -> 
     # the closed intervals the run made are added; the ones written before are not replaced
     assert writes["offset_history"].where == "(((cluster = 'a' AND offsets_partition IN (0))) AND is_current = true)"
     assert writes["offset_history"].parts == {CLOSED: [A0], OPEN: [A0]}
+    # ... which lie outside that predicate (a writer checking rows against it adds them apart)
+    assert writes["offset_history"].beyond == {CLOSED: [A0]}
+    assert writes["current_offsets"].beyond == {}
 
 
 def test_a_partition_a_run_emptied_is_cleared_in_the_same_commit() -> None:
@@ -61,6 +65,8 @@ def test_a_recomputed_partition_replaces_all_its_intervals() -> None:
     writes = table_writes(plan(full=[A0, A1], written=[A0]), changed, nonempty)
     assert writes["offset_history"].where == "(cluster = 'a' AND offsets_partition IN (0))"
     assert writes["offset_history"].parts == {CLOSED: [A0, A1], OPEN: [A0]}
+    # a0's rows match the predicate; a1's, a first write, lie outside it
+    assert writes["offset_history"].beyond == {CLOSED: [A1]}
 
 
 def test_mixed_resumed_and_recomputed_partitions() -> None:
@@ -71,6 +77,15 @@ def test_mixed_resumed_and_recomputed_partitions() -> None:
         "(((cluster = 'a' AND offsets_partition IN (0))) AND is_current = true) "
         "OR (cluster = 'a' AND offsets_partition IN (1))"
     )
+    assert writes["group_generations"].beyond == {}
+
+
+def test_a_partition_gold_never_wrote_lies_beyond_the_predicate() -> None:
+    changed = {("current_offsets", ALL): [A0, A1]}
+    nonempty = {("current_offsets", ALL): [A0, A1]}
+    writes = table_writes(plan(full=[A1], resumed=[A0]), changed, nonempty)
+    assert writes["current_offsets"].where == "(cluster = 'a' AND offsets_partition IN (0))"
+    assert writes["current_offsets"].beyond == {ALL: [A1]}
 
 
 def test_a_table_no_partition_changed_is_not_written() -> None:
