@@ -42,7 +42,6 @@ from pipelines.gold.events import SOURCE_TABLES, partition_events, read_schemas
 from pipelines.gold.lag import build_lag
 from pipelines.gold.plan import PART, Pair, Plan, make_plan, progress_rows
 from pipelines.runtime import blobs, faults, lake
-from pipelines.runtime.ddl import arrow_type
 from pipelines.runtime.files import read_parquet
 from pipelines.runtime.lake import partitions_predicate
 from pipelines.runtime.steps import Steps
@@ -69,9 +68,6 @@ MEMBERS = "consumer_group_members"
 NAMED_ARRAYS = ("target_partitions", "assigned_partitions", "partitions_pending_revocation")
 NAMED = {MEMBERS: NAMED_ARRAYS, "share_group_members": ("target_partitions", "assigned_partitions")}
 PROGRESS = "struct<applied_offset:bigint,events:bigint,log_now:bigint,purged:bigint>"
-# a table's commit of at most this many rows is written from the driver by delta-rs
-# (lake.write_arrow: tens of ms where a Spark write costs about a second); larger ones by Spark
-LOCAL_WRITE_ROWS = 200_000
 
 
 @dataclass
@@ -92,15 +88,6 @@ class GoldResult:
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
-
-
-def _payload(tables: Tables, table: str) -> list[Any]:
-    """A gold table's columns the replay's state and output hold (all but the partition columns)."""
-    return [c for c in tables.spec("gold", table).columns if c.name not in (*PART, CURRENT_FLAG)]
-
-
-def _arrow_schema(columns: list[Any]) -> pa.Schema:
-    return pa.schema([pa.field(c.name, arrow_type(c.type)) for c in columns])
 
 
 # the replay's output: per processed partition, table and part (interval tables: closed, open), its
@@ -390,7 +377,7 @@ def _write(
         picked = out.where((F.col("table") == table) & F.col("changed") & cond)
         count = sum(sizes.get((table, part, pair), 0) for part, pairs in w.parts.items() for pair in pairs)
         path = tables.path("gold", table)
-        if table not in NAMED and count <= LOCAL_WRITE_ROWS and _write_locally(path, schemas[table], picked, w):
+        if table not in NAMED and count <= lake.LOCAL_WRITE_ROWS and _write_locally(path, schemas[table], picked, w):
             return
         rows = blobs.frame(picked, tables.spec("gold", table).ddl_columns(), count)
         if table in NAMED and names is not None:
@@ -502,8 +489,8 @@ def _replay(
     result.partitions_recomputed = len(plan.full)
     result.partitions_incremental = len(plan.incremental)
     result.recomputed = [f"{c}/{p}: {why}" for (c, p), why in sorted(plan.why.items())]
-    schemas = {t: _arrow_schema(list(tables.spec("gold", t).columns)) for t in GOLD_TABLES}
-    state = {t: _arrow_schema(_payload(tables, t)) for t in GOLD_TABLES}
+    schemas = {t: tables.spec("gold", t).arrow() for t in GOLD_TABLES}
+    state = {t: pa.schema([f for f in schemas[t] if f.name not in (*PART, CURRENT_FLAG)]) for t in GOLD_TABLES}
     sources = read_schemas(tables.specs["silver"])
     soft_ms = None if soft_delete_retention_days is None else int(soft_delete_retention_days * 86_400_000)
     with result.steps("list files"):

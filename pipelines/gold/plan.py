@@ -257,7 +257,8 @@ def progress_rows(
     partitions' rows as they were (a predicate on a column that is not a partition column would
     make Delta scan and rewrite its files)."""
     path = tables.path("gold", "partition_progress")
-    schema = tables.spec("gold", "partition_progress").struct()
+    spec = tables.spec("gold", "partition_progress")
+    schema = spec.struct()
     rows = []
     for pair in plan.pairs:
         old = plan.progress.get(pair)
@@ -279,9 +280,12 @@ def progress_rows(
     rows += [tuple(r[c] for c in PROGRESS_COLUMNS) for pair, r in sorted(plan.progress.items()) if pair not in planned]
     versions = plan.consumed if in_flight else plan.versions
     metadata = {"silver_versions": versions} if versions is not None else None
-    frame = spark.createDataFrame(rows, schema)
+    if rows:
+        local = pa.Table.from_pylist([dict(zip(PROGRESS_COLUMNS, r, strict=True)) for r in rows], spec.arrow())
+        if lake.write_arrow(local, path, "true", metadata):
+            return
     with lake.commit_metadata(spark, metadata):
         if rows:
-            lake.replace_where(frame, path)
+            lake.replace_where(spark.createDataFrame(rows, schema), path)
         else:
             lake.commit_empty(spark, path, schema, metadata)

@@ -33,6 +33,7 @@ from pipelines.errors import UnsupportedTable
 from pipelines.runtime.files import normalise
 
 __all__ = [
+    "LOCAL_WRITE_ROWS",
     "METADATA_CONF",
     "DataFile",
     "any_rows",
@@ -81,6 +82,9 @@ REPLACE_WHERE_CHECK_CONF = "spark.databricks.delta.replaceWhere.constraintCheck.
 # table features delta-rs honours when it writes (:func:`write_arrow`); a table with others is
 # written by Spark
 LOCAL_WRITER_FEATURES = {"appendOnly", "invariants", "changeDataFeed", "timestampNtz"}
+# a layer writes a commit of at most this many rows from the driver (:func:`write_arrow`), larger
+# ones with Spark: its tasks write in parallel, and the driver need not hold the rows
+LOCAL_WRITE_ROWS = 200_000
 
 
 # -- SQL text ------------------------------------------------------------------------------------------
@@ -588,16 +592,18 @@ def replace_where(frame: DataFrame, path: str, where: str | None = None) -> None
     writer.save(path)
 
 
-def write_arrow(rows: pa.Table, path: str, where: str | None = None) -> bool:
+def write_arrow(rows: pa.Table, path: str, where: str | None = None, metadata: dict[str, Any] | None = None) -> bool:
     """Append ``rows`` to the existing Delta table at ``path`` (``where`` None), or replace its rows
-    matching ``where`` by them, in one commit written from the driver by delta-rs (``deltalake``),
-    without Spark. For the few rows of an incremental run: a Spark write costs about a second
-    whatever its size (jobs to list the snapshot, to write, to commit), delta-rs tens of
-    milliseconds. Every row must match ``where`` (delta-rs checks it). ``rows`` are cast to the
-    table's schema. False, and nothing written, when delta-rs cannot write the table (a protocol
-    feature it lacks, a store it cannot reach): the caller writes it with Spark instead."""
+    matching ``where`` by them (``"true"``: all its rows), in one commit written from the driver by
+    delta-rs (``deltalake``), without Spark; ``metadata`` as in :func:`commit_metadata`.
+
+    For the few rows of an incremental run: a Spark write costs about a second whatever its size
+    (jobs to list the snapshot, to write, to commit), delta-rs tens of milliseconds. Every row must
+    match ``where`` (delta-rs checks it); ``rows`` are cast to the table's schema. False, and
+    nothing written, when delta-rs cannot write the table (a protocol feature it lacks, a store it
+    cannot reach): the caller writes it with Spark instead."""
+    from deltalake import CommitProperties, write_deltalake
     from deltalake import DeltaTable as RsTable  # local: only the driver writes this way
-    from deltalake import write_deltalake
     from deltalake.exceptions import DeltaProtocolError
 
     try:
@@ -609,8 +615,15 @@ def write_arrow(rows: pa.Table, path: str, where: str | None = None) -> bool:
         log.debug("delta-rs cannot write %s (%s): Spark writes it", path, exc)
         return False
     rows = rows.select(schema.names).cast(schema)
+    meta = None if metadata is None else {"userMetadata": json.dumps(metadata, sort_keys=True)}
     try:
-        write_deltalake(table, rows, mode="append" if where is None else "overwrite", predicate=where)
+        write_deltalake(
+            table,
+            rows,
+            mode="append" if where is None else "overwrite",
+            predicate=None if where in (None, "true") else where,
+            commit_properties=CommitProperties(custom_metadata=meta),
+        )
     except DeltaProtocolError as exc:  # refused before it committed anything
         log.debug("delta-rs refuses to write %s (%s): Spark writes it", path, exc)
         return False

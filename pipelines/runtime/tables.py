@@ -15,12 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
 from pipelines.codec.schema import load_yaml, schemas_dir
 from pipelines.errors import ConfigError, DeclarationError
 from pipelines.runtime import lake
+from pipelines.runtime.ddl import arrow_type
 from pipelines.runtime.lake import sql_str
 
 log = logging.getLogger("offsets_lakehouse")
@@ -54,6 +56,10 @@ class TableSpec:
 
     def struct(self) -> StructType:
         return StructType.fromDDL(", ".join(f"`{c.name}` {c.type}" for c in self.columns))
+
+    def arrow(self) -> pa.Schema:
+        """The columns as an Arrow schema (every field nullable: a writer casts to the table's own)."""
+        return pa.schema([pa.field(c.name, arrow_type(c.type)) for c in self.columns])
 
 
 def _same_location(a: str, b: str) -> bool:

@@ -50,6 +50,12 @@ class Decoded:
         ddl = tables.spec("silver", name).ddl_columns()
         return ipc_blobs.frame(self.blobs.where(F.col("table") == name), ddl, self.counts.get(name))
 
+    def arrow(self, name: str) -> pa.Table:
+        """The rows of one silver table that received rows, on the driver, in its declared
+        columns: for a write small enough to skip Spark (:func:`pipelines.runtime.lake.write_arrow`)."""
+        rows = self.blobs.where(F.col("table") == name).select(ipc_blobs.DATA).collect()
+        return pa.concat_tables([pa.ipc.open_stream(r[0]).read_all() for r in rows if r[0]])
+
     def topic_pairs_table(self) -> pa.Table:
         """The topic id pairs of these rows, each with its earliest record time."""
         pairs = self.topics

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from pipelines.runtime import faults, lake
 from pipelines.silver.contract import DATA_TABLES, KEY, MEMBER_KEY, MEMBER_TABLE, SilverResult
 from pipelines.silver.store import table_exists
-from pipelines.silver.topics import topic_names, with_topic_names
+from pipelines.silver.topics import resolved_columns, topic_names, with_topic_names
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -62,10 +62,17 @@ def insert_tables(
     todo = [t for t in DATA_TABLES if result.rows.get(t)]
 
     def insert(table: str) -> None:
+        rows = result.rows[table]
+        named = names is not None and bool(resolved_columns(table))
+        small = append and not named and rows <= lake.LOCAL_WRITE_ROWS and table_exists(spark, tables, table)
+        # new rows of an existing table, few: appended from the driver (no Spark job)
+        if small and lake.write_arrow(decoded.arrow(table), tables.path("silver", table)):
+            result.inserted[table] = rows
+            return
         frame = decoded.table(tables, table)
-        if names is not None:
+        if named:
             frame = with_topic_names(frame, table, names)
-        result.inserted[table] = merge_insert(spark, tables, table, frame, pairs, result.rows[table], append)
+        result.inserted[table] = merge_insert(spark, tables, table, frame, pairs, rows, append)
 
     def after_first() -> None:
         faults.point("silver.after_first_table")
