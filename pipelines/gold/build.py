@@ -27,8 +27,10 @@ One run (docs/gold.md):
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -46,7 +48,7 @@ from pipelines.runtime.files import read_parquet
 from pipelines.runtime.lake import partitions_predicate
 from pipelines.runtime.steps import Steps
 from pipelines.runtime.tables import Tables
-from pipelines.silver.topics import fill_topic_names, topic_names
+from pipelines.silver.topics import fill_topic_names, fill_topic_names_arrow, topic_name_map, topic_names
 
 if TYPE_CHECKING:
     from pipelines.runtime.config import KafkaSource
@@ -364,7 +366,9 @@ def _write(
 ) -> None:
     """Run the commits, one per table in ``writes``: the first alone (a fault point follows it),
     then the rest in parallel. ``sizes``: rows per (table, part, partition) of ``out``."""
-    names = topic_names(spark, tables).persist() if any(t in writes for t in NAMED) else None
+    named = [t for t in writes if t in NAMED]
+    names = topic_names(spark, tables).persist() if named else None
+    name_map = topic_name_map(spark, tables) if named else {}
 
     def write(table: str) -> None:
         w = writes[table]
@@ -377,7 +381,10 @@ def _write(
         picked = out.where((F.col("table") == table) & F.col("changed") & cond)
         count = sum(sizes.get((table, part, pair), 0) for part, pairs in w.parts.items() for pair in pairs)
         path = tables.path("gold", table)
-        if table not in NAMED and count <= lake.LOCAL_WRITE_ROWS and _write_locally(path, schemas[table], picked, w):
+        fill = None
+        if table in NAMED:
+            fill = functools.partial(fill_topic_names_arrow, arrays=list(NAMED[table]), names=name_map)
+        if count <= lake.LOCAL_WRITE_ROWS and _write_locally(path, schemas[table], picked, w, fill):
             return
         rows = blobs.frame(picked, tables.spec("gold", table).ddl_columns(), count)
         if table in NAMED and names is not None:
@@ -396,7 +403,9 @@ def _write(
             names.unpersist()
 
 
-def _write_locally(path: str, schema: pa.Schema, picked: DataFrame, w: TableWrite) -> bool:
+def _write_locally(
+    path: str, schema: pa.Schema, picked: DataFrame, w: TableWrite, fill: Callable[[pa.Table], pa.Table] | None
+) -> bool:
     """A table's commit written from the driver (:func:`lake.write_arrow`): its few rows collected
     from the checkpoint. delta-rs refuses rows outside the predicate it replaces, so the rows
     beyond it (``w.beyond``) follow in a second commit, an append; a run killed between the two
@@ -407,6 +416,7 @@ def _write_locally(path: str, schema: pa.Schema, picked: DataFrame, w: TableWrit
     extra = {(part, pair) for part, pairs in w.beyond.items() for pair in pairs}
     for r in picked.select(*PART, "part", blobs.DATA).collect():
         rows = pa.ipc.open_stream(r[blobs.DATA]).read_all()
+        rows = fill(rows) if fill is not None else rows
         (beyond if (r["part"], (r["cluster"], r["offsets_partition"])) in extra else inside).append(rows)
     if inside or w.where is not None:
         # no rows: the partitions replaced lost every row, and the replace clears them

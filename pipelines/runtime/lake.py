@@ -5,6 +5,10 @@ Every layer goes through these functions, so a change in how the lakehouse is re
 (``<root>/<layer>/<table>``, see :mod:`pipelines.runtime.tables`); the SQL helpers build the
 predicates that let Delta skip the files of other clusters and offsets partitions.
 
+Two writers: delta-spark, and delta-rs on the driver for small commits (:func:`write_arrow`), where
+a Spark write's fixed cost (about a second: jobs to list the snapshot, write and commit) dwarfs
+the rows. Both write the same protocol; readers cannot tell them apart.
+
 Creating and registering a table (its declared columns, partitioning and properties) is
 :class:`pipelines.runtime.tables.Tables`' job; the writers here expect the table to exist, except
 :func:`append` and :func:`replace_where`, which create an undeclared one as Delta would.

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import pyarrow as pa
 from pyspark.sql import functions as F
 
 from pipelines.runtime import lake
@@ -107,6 +109,40 @@ def resolved_columns(table: str) -> dict[str, Any]:
             inner = out.get(struct, F.col(struct)).withField(array, resolved)
             out[struct] = F.when(F.col(struct).isNull(), F.lit(None)).otherwise(inner)
     return out
+
+
+def topic_name_map(spark: SparkSession, tables: Tables) -> dict[tuple[str, str], str]:
+    """(cluster, topic id) -> name on the driver, for ids with exactly one name in silver.topic_ids:
+    what :func:`topic_names` maps, for rows filled in Arrow (:func:`fill_topic_names_arrow`)."""
+    ids = lake.read_arrow(spark, tables.path("silver", "topic_ids"), ["cluster", "topic_id", "topic_name"])
+    seen: dict[tuple[str, str], set[str]] = {}
+    columns = [ids.column(c).to_pylist() for c in ("cluster", "topic_id", "topic_name")] if ids else [[], [], []]
+    for cluster, topic_id, name in zip(*columns, strict=True):
+        if name is not None:
+            seen.setdefault((cluster, topic_id), set()).add(name)
+    return {key: next(iter(names)) for key, names in seen.items() if len(names) == 1}
+
+
+def fill_topic_names_arrow(rows: pa.Table, arrays: list[str], names: dict[tuple[str, str], str]) -> pa.Table:
+    """:func:`fill_topic_names` on Arrow rows: ``topic`` in the structs of the top-level ``arrays``
+    set to the name of their (cluster, ``topic_id``) in ``names`` (null when it has none)."""
+    for array in arrays:
+        lists = rows.column(array).combine_chunks()
+        offsets = lists.offsets.to_numpy()
+        structs = lists.values.slice(offsets[0], offsets[-1] - offsets[0])  # every list's structs, in order
+        parents = np.repeat(np.arange(len(lists)), np.diff(offsets))
+        clusters = rows.column("cluster").combine_chunks().take(pa.array(parents)).to_pylist()
+        topics = pa.array(
+            [names.get((c, i)) for c, i in zip(clusters, structs.field("topic_id").to_pylist(), strict=True)],
+            pa.string(),
+        )
+        fields = [topics if f.name == "topic" else structs.field(f.name) for f in structs.type]
+        filled = pa.StructArray.from_arrays(fields, fields=list(structs.type), mask=structs.is_null())
+        out = pa.ListArray.from_arrays(
+            pa.array(offsets - offsets[0], pa.int32()), filled, type=lists.type, mask=lists.is_null()
+        )
+        rows = rows.set_column(rows.schema.get_field_index(array), rows.schema.field(array), out)
+    return rows
 
 
 def fill_topic_names(frame: DataFrame, arrays: list[str], names: DataFrame) -> DataFrame:
