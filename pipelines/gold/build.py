@@ -16,11 +16,13 @@ One run (docs/gold.md):
    :class:`pipelines.gold.engine.PartitionReplay`, which returns the partition's complete current
    state, the history and generation intervals it closed, and the open ones.
 3. **Write**, after marking the partitions in flight: one commit per table the run changed. A
-   current table's rows of the processed partitions are replaced (``replaceWhere`` on partition
-   columns: the old files dropped without reading them, partitions a run emptied with them);
-   offset_history and group_generations are partitioned by ``is_current`` too, so the same commit
-   adds the intervals a run closed and replaces only the open ones — a run's cost follows the
-   current state, not the history. No MERGE.
+   current table's rows of the processed partitions are replaced (``replaceWhere`` on cluster and
+   offsets partition; partitions a run emptied with them); offset_history and group_generations
+   are partitioned by ``is_current`` too, so the same commit adds the intervals a run closed and
+   replaces only the open ones — a run's cost follows the current state, not the history. No
+   MERGE. Tables are partitioned by cluster, not by offsets partition (a file per table, not per
+   table and offsets partition), and a commit of few rows is written from the driver by delta-rs
+   (:func:`pipelines.runtime.lake.write_arrow`), the closed intervals then a second commit.
 4. **Progress** last, carrying the silver versions consumed. A run killed between its writes
    leaves the in-flight mark, and the next run recomputes those partitions from their start.
 """

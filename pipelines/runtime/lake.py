@@ -604,14 +604,19 @@ def write_arrow(rows: pa.Table, path: str, where: str | None = None, metadata: d
     For the few rows of an incremental run: a Spark write costs about a second whatever its size
     (jobs to list the snapshot, to write, to commit), delta-rs tens of milliseconds. Every row must
     match ``where`` (delta-rs checks it); ``rows`` are cast to the table's schema. False, and
-    nothing written, when delta-rs cannot write the table (a protocol feature it lacks, a store it
-    cannot reach): the caller writes it with Spark instead."""
+    nothing written, when delta-rs cannot write the table (a protocol feature it lacks) or the
+    lakehouse is not on a local or mounted file system: the caller writes it with Spark instead."""
     from deltalake import CommitProperties, write_deltalake
     from deltalake import DeltaTable as RsTable  # local: only the driver writes this way
     from deltalake.exceptions import DeltaProtocolError
 
+    uri = normalise(path)
+    if not (uri.startswith("/") or uri.startswith("file:")):
+        # an object store: concurrent commits need the store's own coordination (S3: a lock
+        # table or conditional writes), configured for Spark's log store, not for delta-rs
+        return False
     try:
-        table = RsTable(normalise(path))
+        table = RsTable(uri)
         if set(table.protocol().writer_features or ()) - LOCAL_WRITER_FEATURES:
             return False
         schema = pa.schema(table.schema().to_arrow())

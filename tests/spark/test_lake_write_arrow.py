@@ -77,3 +77,5 @@ def test_a_table_delta_rs_cannot_write_is_left_to_spark(spark, tmp_path) -> None
     assert not lake.write_arrow(_rows("a", 0, range(3)), path)
     assert lake.version(spark, path) == before
     assert not lake.write_arrow(_rows("a", 0, range(3)), str(tmp_path / "missing"))  # no table there
+    # an object store's commits are coordinated for Spark's log store: Spark writes there
+    assert not lake.write_arrow(_rows("a", 0, range(3)), "s3a://bucket/lakehouse/silver/t")
