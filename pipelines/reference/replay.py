@@ -115,6 +115,11 @@ class ReplayState:
     deleted_simple_groups: dict[str, Deleted] = field(default_factory=dict)
     # group -> its live offset keys: whether a group still has offsets, without a scan
     group_offsets: dict[str, set[tuple[str, str, int]]] = field(default_factory=dict)
+    # offset key -> the producers holding it pending, and group -> its pending entries: a tombstone
+    # and the simple-group check find them without scanning every producer (a 10M-record log has
+    # thousands, and the scans made the replay quadratic)
+    pending_holders: dict[tuple[str, str, int], set[tuple[int, int]]] = field(default_factory=dict)
+    pending_groups: dict[str, int] = field(default_factory=dict)
     # share and streams members as the coordinator holds them: (group metadata type, group, member)
     # -> {"metadata": value or None, "current": value or None}
     members: dict[tuple[int, str, str], dict[str, Any]] = field(default_factory=dict)
@@ -136,7 +141,42 @@ class ReplayState:
 
     def has_offsets(self, group: str) -> bool:
         """Live committed offsets, or transactional offsets still pending."""
-        return group in self.group_offsets or any(k[0] == group for p in self.pending.values() for k in p)
+        return group in self.group_offsets or group in self.pending_groups
+
+    def add_pending(self, producer: tuple[int, int], okey: tuple[str, str, int], entry: Committed) -> None:
+        held = self.pending.setdefault(producer, {})
+        if okey not in held:
+            self.pending_holders.setdefault(okey, set()).add(producer)
+            self.pending_groups[okey[0]] = self.pending_groups.get(okey[0], 0) + 1
+        held[okey] = entry
+
+    def _forget_pending(self, producer: tuple[int, int], okey: tuple[str, str, int]) -> None:
+        holders = self.pending_holders[okey]
+        holders.discard(producer)
+        if not holders:
+            del self.pending_holders[okey]
+        left = self.pending_groups[okey[0]] - 1
+        if left:
+            self.pending_groups[okey[0]] = left
+        else:
+            del self.pending_groups[okey[0]]
+
+    def drop_pending_key(self, okey: tuple[str, str, int]) -> bool:
+        """A tombstone drops the key's pending offsets of every producer; True when there were any."""
+        producers = self.pending_holders.get(okey)
+        if not producers:
+            return False
+        for producer in list(producers):
+            del self.pending[producer][okey]
+            self._forget_pending(producer, okey)
+        return True
+
+    def pop_producer(self, producer: tuple[int, int]) -> dict[tuple[str, str, int], Committed]:
+        """A marker settles its producer's pending offsets: removed, and returned."""
+        held = self.pending.pop(producer, {})
+        for okey in held:
+            self._forget_pending(producer, okey)
+        return held
 
 
 def _offset_key(key: dict[str, Any]) -> tuple[str, str, int]:
@@ -234,9 +274,7 @@ class Replay:
         okey = _offset_key(e.key)  # type: ignore[arg-type]
         if e.value is None:
             previous = st.drop_offset(okey)
-            pending = False
-            for pend in st.pending.values():
-                pending = pend.pop(okey, None) is not None or pending
+            pending = st.drop_pending_key(okey)
             cause = self._cause(okey, e, previous, group_tombstones, pending)
             st.deleted_offsets[okey] = Deleted(
                 e.partition, e.offset, e.timestamp, cause, previous.value if previous else None
@@ -245,14 +283,14 @@ class Replay:
             return
         entry = Committed(e.value, e.value_version or 0, e.partition, e.offset, e.timestamp)
         if e.transactional:
-            st.pending.setdefault((e.partition, e.producer_id), {})[okey] = entry
+            st.add_pending((e.partition, e.producer_id), okey, entry)
             return
         st.set_offset(okey, entry)
         st.deleted_offsets.pop(okey, None)
 
     def _marker(self, e: Entry) -> None:
         st = self.state
-        pend = st.pending.pop((e.partition, e.producer_id), {})
+        pend = st.pop_producer((e.partition, e.producer_id))
         if e.control_type != 1:  # ABORT (or anything that is not COMMIT) discards
             return
         for okey, entry in pend.items():
