@@ -26,15 +26,18 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
 from pyspark.sql import SparkSession
-from pyspark.sql.types import StructType
 
 from pipelines.bronze.fs import RemoteSegment
 from pipelines.bronze.segments_source import ByteRange
 from pipelines.bronze.sink import Coverage, Span
 from pipelines.runtime import lake
+
+if TYPE_CHECKING:
+    from pipelines.runtime.tables import TableSpec
 
 __all__ = [
     "ACTIONS",
@@ -220,10 +223,10 @@ def changed(before: dict[str, FileState], after: list[FileState]) -> bool:
     return {s.file_uri: s for s in after} != before
 
 
-def save(spark: SparkSession, path: str, source: str, rows: list[FileState], schema: StructType) -> None:
+def save(spark: SparkSession, path: str, source: str, rows: list[FileState], spec: TableSpec) -> None:
     """Replace the source's rows by ``rows`` in one commit (files no longer listed drop out: a file
     that comes back is read whole, and the sink's overlap check keeps that exact)."""
     now = datetime.now(timezone.utc)
-    stamped = [r if r.logged_at is not None else replace(r, logged_at=now) for r in rows]
-    frame = spark.createDataFrame([tuple(asdict(r)[c] for c in schema.fieldNames()) for r in stamped], schema)
-    lake.replace_where(frame, path, f"source = {lake.sql_str(source)}")
+    stamped = [asdict(r if r.logged_at is not None else replace(r, logged_at=now)) for r in rows]
+    table = pa.Table.from_pylist(stamped, spec.arrow())
+    lake.write_rows(spark, table, path, spec.struct(), f"source = {lake.sql_str(source)}")

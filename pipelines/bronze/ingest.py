@@ -58,7 +58,7 @@ def ingest_segments(
     after = file_log.logged_after(plans, progress, name, run_id)
     if file_log.changed(logged, after):  # after the data commit: a run killed before it reads again
         with result.steps("file log"):
-            file_log.save(spark, log_path, name, after, tables.spec("bronze", "ingested_files").struct())
+            file_log.save(spark, log_path, name, after, tables.spec("bronze", "ingested_files"))
     return result
 
 

@@ -281,11 +281,7 @@ def progress_rows(
     versions = plan.consumed if in_flight else plan.versions
     metadata = {"silver_versions": versions} if versions is not None else None
     if rows:
-        local = pa.Table.from_pylist([dict(zip(PROGRESS_COLUMNS, r, strict=True)) for r in rows], spec.arrow())
-        if lake.write_arrow(local, path, "true", metadata):
-            return
-    with lake.commit_metadata(spark, metadata):
-        if rows:
-            lake.replace_where(spark.createDataFrame(rows, schema), path)
-        else:
-            lake.commit_empty(spark, path, schema, metadata)
+        table = pa.Table.from_pylist([dict(zip(PROGRESS_COLUMNS, r, strict=True)) for r in rows], spec.arrow())
+        lake.write_rows(spark, table, path, schema, "true", metadata)
+    else:
+        lake.commit_empty(spark, path, schema, metadata)

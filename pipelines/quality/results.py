@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql import Row
+import pyarrow as pa
 from pyspark.sql import functions as F
 
 from pipelines.runtime import lake
@@ -103,7 +103,7 @@ def write_results(
     tables.ensure("quality", "results")
     now = datetime.now(timezone.utc)
     rows = [
-        Row(
+        dict(
             run_id=run_id,
             job=job,
             checked_at=now,
@@ -129,7 +129,8 @@ def write_results(
         for o in outcomes
     ]
     spec = tables.spec("quality", "results")
-    lake.append(spark.createDataFrame(rows, spec.struct()), tables.path("quality", "results"))
+    table = pa.Table.from_pylist(rows, spec.arrow())
+    lake.write_rows(spark, table, tables.path("quality", "results"), spec.struct())
 
 
 def read_results(spark: SparkSession, tables: Tables, run_id: str | None = None) -> tuple[str | None, list[Outcome]]:

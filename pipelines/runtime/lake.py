@@ -76,6 +76,7 @@ __all__ = [
     "tagged_commits",
     "version",
     "write_arrow",
+    "write_rows",
 ]
 
 log = logging.getLogger("offsets_lakehouse")
@@ -637,6 +638,29 @@ def write_arrow(rows: pa.Table, path: str, where: str | None = None, metadata: d
         log.debug("delta-rs refuses to write %s (%s): Spark writes it", path, exc)
         return False
     return True
+
+
+def write_rows(
+    spark: SparkSession,
+    rows: pa.Table,
+    path: str,
+    schema: StructType,
+    where: str | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> None:
+    """Write rows the driver holds (a control table's few rows) in one commit: appended (``where``
+    None) or replacing the rows matching ``where`` (``"true"``: all), with ``metadata`` as in
+    :func:`commit_metadata`. By delta-rs (:func:`write_arrow`) when it can, else by Spark
+    (``schema``: the table's columns)."""
+    if rows.num_rows <= LOCAL_WRITE_ROWS and write_arrow(rows, path, where, metadata):
+        return
+    names = schema.fieldNames()
+    frame = spark.createDataFrame([tuple(r[c] for c in names) for r in rows.select(names).to_pylist()], schema)
+    with commit_metadata(spark, metadata):
+        if where is None:
+            append(frame, path)
+        else:
+            replace_where(frame, path, where)
 
 
 @contextmanager

@@ -101,8 +101,7 @@ def replace_inventory(spark: SparkSession, tables: Tables, fresh: pa.Table) -> N
     refresh: the run decoded the whole bronze snapshot, so its census is the inventory)."""
     tables.ensure("silver", "version_inventory")
     schema = tables.spec("silver", "version_inventory").struct()
-    frame = spark.createDataFrame(fresh.select(schema.fieldNames()), schema)
-    lake.replace_where(frame, tables.path("silver", "version_inventory"))
+    lake.write_rows(spark, fresh, tables.path("silver", "version_inventory"), schema, "true")
 
 
 def add_to_inventory(

@@ -6,7 +6,7 @@ import json
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql import Row
+import pyarrow as pa
 from pyspark.sql import functions as F
 
 from pipelines.runtime import lake
@@ -42,18 +42,17 @@ def write_progress(
 ) -> None:
     if not table_exists(spark, tables, "progress"):
         tables.ensure("silver", "progress")
-    row = Row(
-        run_id=run_id,
-        mode=mode,
-        bronze_version=bronze_version,
-        bronze_rows=rows,
-        decoder_version=summary.get("decoder_version", ""),
-        committed_at=datetime.now(timezone.utc),
-        summary=json.dumps(summary, sort_keys=True, default=str),
-    )
-    lake.append(
-        spark.createDataFrame([row], tables.spec("silver", "progress").struct()), tables.path("silver", "progress")
-    )
+    row = {
+        "run_id": run_id,
+        "mode": mode,
+        "bronze_version": bronze_version,
+        "bronze_rows": rows,
+        "decoder_version": summary.get("decoder_version", ""),
+        "committed_at": datetime.now(timezone.utc),
+        "summary": json.dumps(summary, sort_keys=True, default=str),
+    }
+    spec = tables.spec("silver", "progress")
+    lake.write_rows(spark, pa.Table.from_pylist([row], spec.arrow()), tables.path("silver", "progress"), spec.struct())
 
 
 def finish(

@@ -64,11 +64,13 @@ def insert_tables(
     def insert(table: str) -> None:
         rows = result.rows[table]
         named = names is not None and bool(resolved_columns(table))
-        small = append and not named and rows <= lake.LOCAL_WRITE_ROWS and table_exists(spark, tables, table)
-        # new rows of an existing table, few: appended from the driver (no Spark job)
-        if small and lake.write_arrow(decoded.arrow(table), tables.path("silver", table)):
-            result.inserted[table] = rows
-            return
+        # few rows that cannot be in the table (new ones, or a table that does not exist yet: what
+        # merge_insert appends): appended from the driver, without a Spark job
+        if not named and rows <= lake.LOCAL_WRITE_ROWS and (append or not table_exists(spark, tables, table)):
+            tables.ensure("silver", table)
+            if lake.write_arrow(decoded.arrow(table), tables.path("silver", table)):
+                result.inserted[table] = rows
+                return
         frame = decoded.table(tables, table)
         if named:
             frame = with_topic_names(frame, table, names)
