@@ -95,9 +95,15 @@ def _json(value: Any) -> str | None:
 
 
 def write_results(
-    spark: SparkSession, tables: Tables, run_id: str, job: str | None, after: str | None, outcomes: list[Outcome]
+    spark: SparkSession,
+    tables: Tables,
+    run_id: str,
+    job: str | None,
+    after: str | None,
+    outcomes: list[Outcome],
+    metadata: dict[str, Any] | None = None,
 ) -> None:
-    """Append the outcomes to quality.results (one Delta commit)."""
+    """Append the outcomes to quality.results (one Delta commit, carrying ``metadata``)."""
     if not outcomes:
         return
     tables.ensure("quality", "results")
@@ -130,7 +136,7 @@ def write_results(
     ]
     spec = tables.spec("quality", "results")
     table = pa.Table.from_pylist(rows, spec.arrow())
-    lake.write_rows(spark, table, tables.path("quality", "results"), spec.struct())
+    lake.write_rows(spark, table, tables.path("quality", "results"), spec.struct(), metadata=metadata)
 
 
 def read_results(spark: SparkSession, tables: Tables, run_id: str | None = None) -> tuple[str | None, list[Outcome]]:

@@ -242,8 +242,7 @@ def run_quality(
         log.warning("quality: %d records moved to silver.quarantine", report.quarantined)
     if seen is not None:  # what each set of layers was last validated at, carried from commit to commit
         memo[key] = {"run_id": run_id, "inputs": seen}
-    with lake.commit_metadata(spark, {"validated": memo}):
-        write_results(spark, tables, run_id, job, after, report.outcomes)
+    write_results(spark, tables, run_id, job, after, report.outcomes, {"validated": memo})
     report.data_docs = build_docs(tables.root, run_id, (earlier or []) + report.outcomes)
     for o in report.outcomes:
         if o.action in (FAILED, "warned"):

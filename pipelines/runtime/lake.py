@@ -651,8 +651,15 @@ def write_rows(
     """Write rows the driver holds (a control table's few rows) in one commit: appended (``where``
     None) or replacing the rows matching ``where`` (``"true"``: all), with ``metadata`` as in
     :func:`commit_metadata`. By delta-rs (:func:`write_arrow`) when it can, else by Spark
-    (``schema``: the table's columns)."""
-    if rows.num_rows <= LOCAL_WRITE_ROWS and write_arrow(rows, path, where, metadata):
+    (``schema``: the table's columns). Inside :func:`commit_metadata`, its metadata is the default:
+    the commit carries it whichever writer makes it."""
+    local = rows.num_rows <= LOCAL_WRITE_ROWS
+    if metadata is None and (inherited := spark.conf.get(METADATA_CONF, None)):
+        try:
+            metadata = json.loads(inherited)
+        except ValueError:  # not ours: only Spark's writer carries it as it is
+            local = False
+    if local and write_arrow(rows, path, where, metadata):
         return
     names = schema.fieldNames()
     frame = spark.createDataFrame([tuple(r[c] for c in names) for r in rows.select(names).to_pylist()], schema)

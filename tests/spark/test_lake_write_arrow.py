@@ -79,3 +79,17 @@ def test_a_table_delta_rs_cannot_write_is_left_to_spark(spark, tmp_path) -> None
     assert not lake.write_arrow(_rows("a", 0, range(3)), str(tmp_path / "missing"))  # no table there
     # an object store's commits are coordinated for Spark's log store: Spark writes there
     assert not lake.write_arrow(_rows("a", 0, range(3)), "s3a://bucket/lakehouse/silver/t")
+
+
+def test_write_rows_carries_the_metadata_of_the_context_it_runs_in(spark, tmp_path) -> None:
+    """A caller inside lake.commit_metadata (a Spark session setting) gets it on the commit whichever
+    writer makes it: quality's memo of what it validated rides on its results' commit."""
+    path = str(tmp_path / "t")
+    _create(spark, path)
+    schema = spark.createDataFrame([], DDL).schema
+    with lake.commit_metadata(spark, {"validated": {"silver": 3}}):
+        lake.write_rows(spark, _rows("a", 0, range(2)), path, schema)
+    assert lake.latest_metadata(spark, path) == {"validated": {"silver": 3}}
+    lake.write_rows(spark, _rows("a", 0, range(2, 3)), path, schema, metadata={"validated": {"silver": 4}})
+    assert lake.latest_metadata(spark, path) == {"validated": {"silver": 4}}
+    assert len(_spark_rows(spark, path)) == 3
