@@ -17,6 +17,7 @@ __all__ = [
     "SourceNotFound",
     "SourceUnavailable",
     "StageUnavailable",
+    "StoreError",
     "UnsupportedTable",
 ]
 
@@ -69,3 +70,8 @@ class JobRunning(OffsetsLakehouseError, RuntimeError):
 class UnsupportedTable(OffsetsLakehouseError, RuntimeError):
     """A lakehouse table uses a Delta feature this version cannot read outside Spark, e.g.
     deletion vectors someone switched on (exit code 1)."""
+
+
+class StoreError(OffsetsLakehouseError, RuntimeError):
+    """The object store holding the lakehouse could not be reached, or refused a request (exit
+    code 1: a later run, with the store back, continues where this one stopped)."""

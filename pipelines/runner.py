@@ -31,6 +31,7 @@ from pipelines.runtime import lake
 from pipelines.runtime.config import STAGES, Job, JobsFile, QualitySettings, find_job, load, resolve_root
 from pipelines.runtime.lock import new_run_id
 from pipelines.runtime.spark import build_session
+from pipelines.runtime.storage import S3Settings, is_object_store
 from pipelines.runtime.tables import Tables
 from pipelines.silver.ingest import run_silver
 from pipelines.silver.redecode import redecode_quarantine
@@ -111,6 +112,11 @@ class Context:
         self.config: JobsFile = load_jobs(self.config_path)
         self.base_dir = self.config_path.resolve().parent
         self.root = resolve_root(self.config, self.base_dir)
+        # how every client reaches a lakehouse on an object store (None: a local root); exported
+        # to the environment now, for delta-rs reads before Spark starts
+        self.store = S3Settings.resolve(self.config.spark.conf) if is_object_store(self.root) else None
+        if self.store is not None:
+            self.store.export()
         self.master = master
         self.listener = listener
         self._spark: SparkSession | None = None
@@ -123,7 +129,7 @@ class Context:
     @property
     def spark(self) -> SparkSession:
         if self._spark is None:
-            self._spark = build_session(self.config.spark, self.master, extra_conf=self.extra_conf)
+            self._spark = build_session(self.config.spark, self.master, extra_conf=self.extra_conf, store=self.store)
         return self._spark
 
     @property

@@ -18,6 +18,7 @@ from croniter import croniter
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 from pipelines.errors import ConfigError
+from pipelines.runtime.storage import check_root
 
 __all__ = [
     "STAGES",
@@ -47,8 +48,14 @@ class Lakehouse(_Model):
     quality_schema: str = "quality"
     lock_dir: str | None = Field(
         None,
-        description="directory of the per-job run locks; default: <root>/_locks for a local root, "
-        "~/.cache/offsets-lakehouse/locks/<sha1 of root> for an object-store root (docs/operations.md)",
+        description="a local directory for the per-job run locks (one host); default: <root>/_locks, a lock "
+        "file on a local root, a lease in the store on an object-store root (docs/operations.md)",
+    )
+    lock_lease_seconds: float = Field(
+        60.0,
+        ge=5,
+        description="object-store roots: a job's lease lapses this long after its holder last renewed it "
+        "(every quarter of it); a run on another host may then take it over",
     )
 
 
@@ -287,6 +294,7 @@ def resolve_root(config: JobsFile, base: Path) -> str:
     """The lakehouse root as an absolute path or URI (relative paths are relative to jobs.yaml)."""
     root = config.lakehouse.root
     if "://" in root:
+        check_root(root)
         return root.rstrip("/")
     p = Path(root)
     return str((p if p.is_absolute() else base / p).resolve())

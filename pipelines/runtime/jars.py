@@ -1,17 +1,24 @@
-"""JVM jars added to PySpark: Delta Lake and Spark's Kafka source, resolved by Maven once.
+"""JVM jars added to PySpark: Delta Lake, Spark's Kafka source and Hadoop's S3A connector,
+resolved by Maven once, and the project's Delta log store for object stores, compiled once.
 
 ``tools/spark/pom.xml`` names the artifacts; Maven copies their runtime classpath into a
-cache outside the work tree (``$OFFSETS_LAKEHOUSE_CACHE`` or ``~/.cache/offsets-lakehouse``).
-Jars the pyspark wheel already ships (Hadoop, Parquet, Jackson, Scala, ...) are left out so
-that only one version of each is on the classpath. Later runs are offline.
+cache outside the work tree (``$OFFSETS_LAKEHOUSE_CACHE`` or ``~/.cache/offsets-lakehouse``),
+keyed by the pom, so a changed dependency resolves again. Jars the pyspark wheel already ships
+(Hadoop, Parquet, Jackson, Netty, Scala, ...) are left out so that only one version of each is
+on the classpath. ``tools/spark/logstore/`` (:data:`LOG_STORE_CLASS`, docs/object-storage.md)
+is compiled by ``javac`` against that classpath into a jar of its own, keyed by its sources.
+Later runs are offline.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
 import subprocess
+import tempfile
+import zipfile
 from pathlib import Path
 
 import pyspark
@@ -21,6 +28,9 @@ from pipelines.errors import JarResolutionError
 REPO = Path(__file__).resolve().parents[2]
 POM = REPO / "tools" / "spark" / "pom.xml"
 SETTINGS = REPO / "tools" / "maven-settings.xml"
+LOG_STORE_SOURCES = REPO / "tools" / "spark" / "logstore"
+# Delta's log store for s3:// and s3a:// tables (runtime/storage.py configures it)
+LOG_STORE_CLASS = "io.offsetslakehouse.delta.S3ConditionalPutLogStore"
 _VERSIONED = re.compile(r"^(?P<artifact>.+?)-(?P<version>\d[\w.\-]*)\.jar$")
 
 
@@ -45,10 +55,23 @@ def _artifact(name: str) -> str:
     return m.group("artifact") if m else name
 
 
+def _digest(*paths: Path) -> str:
+    h = hashlib.sha1()
+    for path in paths:
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:8]
+
+
 def resolve(quiet: bool = True) -> list[Path]:
-    """The jar files to add with ``spark.jars``; resolves them with Maven on first use."""
+    """The jar files to add with ``spark.jars``; resolves and compiles them on first use."""
+    maven = _maven_jars(quiet)
+    return [*maven, _log_store_jar(maven)]
+
+
+def _maven_jars(quiet: bool) -> list[Path]:
     versions = pom_versions()
-    target = cache_root() / f"spark-{versions['spark.version']}-delta-{versions['delta.version']}"
+    name = f"spark-{versions['spark.version']}-delta-{versions['delta.version']}-{_digest(POM)}"
+    target = cache_root() / name
     done = target / ".complete"
     if not done.exists():
         mvn = shutil.which("mvn")
@@ -82,6 +105,32 @@ def resolve(quiet: bool = True) -> list[Path]:
         staging.rename(target)
         done.touch()
     return sorted(target.glob("*.jar"))
+
+
+def _log_store_jar(classpath: list[Path]) -> Path:
+    """The log store compiled against ``classpath`` and pyspark's jars (``javac``, once)."""
+    sources = sorted(LOG_STORE_SOURCES.rglob("*.java"))
+    jar = cache_root() / f"logstore-{_digest(*sources)}-{classpath[0].parent.name}" / "offsets-lakehouse-delta.jar"
+    if jar.exists():
+        return jar
+    javac = shutil.which("javac")
+    if javac is None:
+        raise JarResolutionError(f"{jar} is not built and the JDK's javac is not installed to build it")
+    cp = os.pathsep.join([*map(str, classpath), str(pyspark_jars_dir() / "*")])
+    with tempfile.TemporaryDirectory() as tmp:
+        classes = Path(tmp) / "classes"
+        cmd = [javac, "-nowarn", "--release", "17", "-d", str(classes), "-cp", cp, *map(str, sources)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise JarResolutionError(f"javac could not compile {LOG_STORE_SOURCES}:\n{proc.stderr[-3000:]}")
+        staging = Path(tmp) / jar.name
+        with zipfile.ZipFile(staging, "w", zipfile.ZIP_DEFLATED) as zf:
+            for f in sorted(classes.rglob("*.class")):
+                zf.write(f, f.relative_to(classes).as_posix())
+        jar.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(staging), jar.with_suffix(".tmp"))
+        os.replace(jar.with_suffix(".tmp"), jar)
+    return jar
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ from pyspark.util import inheritable_thread_target
 
 from pipelines.errors import UnsupportedTable
 from pipelines.runtime.files import normalise
+from pipelines.runtime.storage import delta_rs_options
 
 __all__ = [
     "LOCAL_WRITE_ROWS",
@@ -250,7 +251,7 @@ def _files_by_delta_rs(
 
     uri = normalise(path)
     try:
-        table = DeltaTable(uri, version=version) if version is not None else DeltaTable(uri)
+        table = DeltaTable(uri, version=version, storage_options=delta_rs_options(uri))
     except TableNotFoundError:
         return []
     features = set(table.protocol().reader_features or ())
@@ -346,11 +347,10 @@ def read_arrow(
     not touched in this process costs a state reconstruction, about a second on 2 cores); Spark
     reads what delta-rs cannot. For control tables and plans, never for a table's bulk."""
     try:
-        from deltalake import DeltaTable
         from deltalake.exceptions import TableNotFoundError
 
         try:
-            table = DeltaTable(normalise(path), version=at) if at is not None else DeltaTable(normalise(path))
+            table = _rs_table(path, at)
         except TableNotFoundError:
             return None
         if table.protocol().reader_features:
@@ -370,9 +370,7 @@ def changes_arrow(spark: SparkSession, path: str, start: int, end: int, columns:
     ``_change_type``) as Arrow on the driver: read by delta-rs without a Spark job, by Spark when
     delta-rs cannot; a range the feed cannot serve raises Spark's error."""
     try:
-        from deltalake import DeltaTable
-
-        table = DeltaTable(normalise(path), version=end)
+        table = _rs_table(path, end)
         if table.protocol().reader_features:
             raise ValueError(f"reader features {table.protocol().reader_features}")
         reader = table.load_cdf(starting_version=start, ending_version=end, columns=[*columns, "_change_type"])
@@ -380,6 +378,14 @@ def changes_arrow(spark: SparkSession, path: str, start: int, end: int, columns:
     except Exception as exc:
         log.debug("delta-rs cannot read the change data feed of %s (%s): Spark reads it", path, exc)
     return changes(spark, path, start, end).select(*columns, "_change_type").toArrow()
+
+
+def _rs_table(path: str, version: int | None = None) -> Any:
+    """The delta-rs table at ``path`` (at ``version``), with the storage options of its store."""
+    from deltalake import DeltaTable  # local: only the driver reads logs this way
+
+    uri = normalise(path)
+    return DeltaTable(uri, version=version, storage_options=delta_rs_options(uri))
 
 
 def _plain_strings(table: pa.Table) -> pa.Table:
@@ -406,11 +412,10 @@ def partition_columns(spark: SparkSession, path: str) -> list[str] | None:
     """The table's partition columns, from its Delta log (delta-rs: no Spark state); None when
     there is no table."""
     try:
-        from deltalake import DeltaTable
         from deltalake.exceptions import TableNotFoundError
 
         try:
-            return list(DeltaTable(normalise(path)).metadata().partition_columns)
+            return list(_rs_table(path).metadata().partition_columns)
         except TableNotFoundError:
             return None
     except Exception as exc:  # Spark answers what delta-rs cannot
@@ -604,20 +609,18 @@ def write_arrow(rows: pa.Table, path: str, where: str | None = None, metadata: d
 
     For the few rows of an incremental run: a Spark write costs about a second whatever its size
     (jobs to list the snapshot, to write, to commit), delta-rs tens of milliseconds. Every row must
-    match ``where`` (delta-rs checks it); ``rows`` are cast to the table's schema. False, and
-    nothing written, when delta-rs cannot write the table (a protocol feature it lacks) or the
-    lakehouse is not on a local or mounted file system: the caller writes it with Spark instead."""
+    match ``where`` (delta-rs checks it); ``rows`` are cast to the table's schema. On an object
+    store it commits by conditional write, as Spark's log store does (runtime/storage.py), so the
+    two coordinate. False, and nothing written, when delta-rs cannot write the table (a protocol
+    feature it lacks): the caller writes it with Spark instead."""
     from deltalake import CommitProperties, write_deltalake
     from deltalake import DeltaTable as RsTable  # local: only the driver writes this way
     from deltalake.exceptions import DeltaProtocolError
 
     uri = normalise(path)
-    if not (uri.startswith("/") or uri.startswith("file:")):
-        # an object store: concurrent commits need the store's own coordination (S3: a lock
-        # table or conditional writes), configured for Spark's log store, not for delta-rs
-        return False
     try:
-        table = RsTable(uri)
+        # on an object store, commits by conditional write: the coordination Spark's log store uses
+        table = RsTable(uri, storage_options=delta_rs_options(uri))
         if set(table.protocol().writer_features or ()) - LOCAL_WRITER_FEATURES:
             return False
         schema = pa.schema(table.schema().to_arrow())

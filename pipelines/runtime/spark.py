@@ -19,6 +19,7 @@ from pyspark.sql import SparkSession
 
 from pipelines.runtime import jars
 from pipelines.runtime.config import SparkSettings
+from pipelines.runtime.storage import S3Settings, log_store_conf
 
 DEFAULTS = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -52,10 +53,18 @@ def build_session(
     master: str | None = None,
     ship_package: bool | None = None,
     extra_conf: dict[str, str] | None = None,
+    store: S3Settings | None = None,
 ) -> SparkSession:
+    """The session for ``settings`` (jobs.yaml's ``spark``) on ``master``; ``store``: the object
+    store the lakehouse is on (runtime/storage.py), whose S3A settings jobs.yaml can override.
+    Delta's log store for ``s3://`` tables is set either way, so that any session that commits
+    to a table on a store coordinates with the others (docs/object-storage.md)."""
     settings = settings or SparkSettings()
     master = master or os.environ.get("OFFSETS_SPARK_MASTER") or settings.master
-    conf = dict(DEFAULTS)
+    conf = dict(DEFAULTS) | log_store_conf()
+    if store is not None:
+        store.export()
+        conf.update(store.spark_conf(local=master.startswith("local")))
     conf["spark.jars"] = ",".join(str(p) for p in jars.resolve())
     # Python workers must run this interpreter (this virtualenv): SparkContext reads
     # PYSPARK_PYTHON, not spark.pyspark.python, when the JVM is started from Python
