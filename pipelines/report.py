@@ -21,7 +21,7 @@ from typing import Any
 
 from pipelines.errors import OffsetsLakehouseError
 from pipelines.runner import Context
-from pipelines.runtime import lake
+from pipelines.runtime import files, lake
 
 DAY_MS = 86_400_000
 TOP_GROUPS = 3  # offset progress without --group: the groups with the most commits
@@ -308,8 +308,9 @@ def page(plots: Sequence[Plot], root: str, group: str | None) -> str:
     )
 
 
-def build_report(ctx: Context, out: Path, group: str | None = None) -> Path:
-    """Query the lakehouse, draw the plots and write ``out/index.html``; returns its path."""
+def build_report(ctx: Context, out: Path | str, group: str | None = None) -> str:
+    """Query the lakehouse, draw the plots and write ``out/index.html``; returns where it is.
+    ``out`` may be a directory on an object store (``s3://…``, e.g. ``<root>/report``)."""
     ctx.tables.register_existing()
     needed = [("gold", "offset_history"), ("gold", "group_generations"), ("silver", "version_inventory")]
     missing = [ctx.tables.name(layer, t) for layer, t in needed if not _exists(ctx, layer, t)]
@@ -322,7 +323,12 @@ def build_report(ctx: Context, out: Path, group: str | None = None) -> Path:
         rebalances(ctx, group),
         coordinator_load(ctx),
     ]
+    text = page(plots, str(ctx.root), group)
+    if isinstance(out, str) and "://" in out:
+        index = f"{out.rstrip('/')}/index.html"
+        files.write_bytes(index, text.encode())
+        return index
+    out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    index = out / "index.html"
-    index.write_text(page(plots, str(ctx.root), group))
-    return index
+    (out / "index.html").write_text(text)
+    return str(out / "index.html")

@@ -49,6 +49,8 @@ class StageReport:
     status: str = "ok"
     seconds: float = 0.0
     details: list[dict[str, Any]] = field(default_factory=list)
+    # concurrent-modification conflicts the stage absorbed by running again (lake.retry_conflicts)
+    conflicts: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -79,6 +81,7 @@ class RunReport:
             "status": self.status,
             "stages": [
                 {"stage": s.stage, "status": s.status, "seconds": round(s.seconds, 2), "details": s.details}
+                | ({"conflicts_retried": s.conflicts} if s.conflicts else {})
                 for s in self.stages
             ],
         }
@@ -167,7 +170,12 @@ def recorded_stage(ctx: Context, report: RunReport, stage: str) -> Iterator[Stag
         sr.seconds = time.monotonic() - t0
         report.stages.append(sr)
         try:
-            _record(ctx, report, sr, started)
+            lake.retry_conflicts("run log", lambda: _record(ctx, report, sr, started))
+        except Exception as exc:
+            if sr.status != "failed":
+                raise
+            # the stage's own error is the one to report (often the same cause: the store is gone)
+            log.warning("the failed %s stage could not be recorded in the run log: %s", stage, exc)
         finally:
             if ctx.listener is not None:
                 ctx.listener.stage_finished(sr)
@@ -198,7 +206,11 @@ def run_job(
         return report
     for stage in data_stages:
         with recorded_stage(ctx, report, stage) as sr:
-            sr.details = DATA_STAGES[stage].run(ctx, job.sources, report.run_id, full_refresh)
+            sr.details = lake.retry_conflicts(
+                stage,
+                lambda stage=stage: DATA_STAGES[stage].run(ctx, job.sources, report.run_id, full_refresh),
+                retried=sr.conflicts.append,
+            )
         if stage in checks and not _quality(ctx, job_name, report, stage, checks[stage]):
             log.error("quality: a rule with policy fail failed after %s: the run stops here (exit code 3)", stage)
             break
@@ -230,17 +242,21 @@ def _quality(
     sources = job.sources if job else list(ctx.config.sources)
     with recorded_stage(ctx, report, "quality") as sr:
         log.info("quality: %s suites%s", "/".join(layers or LAYERS), f" after {after}" if after else "")
-        result = run_quality(
-            ctx.spark,
-            ctx.tables,
-            report.run_id,
-            settings,
-            layers=layers or LAYERS,
-            partitions=_partition_counts(ctx, sources),
-            truth=_truth(ctx, settings.truth_snapshot, sources),
-            job=job_name,
-            after=after,
-            earlier=report.quality_outcomes,
+        result = lake.retry_conflicts(
+            "quality",
+            lambda: run_quality(
+                ctx.spark,
+                ctx.tables,
+                report.run_id,
+                settings,
+                layers=layers or LAYERS,
+                partitions=_partition_counts(ctx, sources),
+                truth=_truth(ctx, settings.truth_snapshot, sources),
+                job=job_name,
+                after=after,
+                earlier=report.quality_outcomes,
+            ),
+            retried=sr.conflicts.append,
         )
         report.quality_outcomes += result.outcomes
         sr.details = [result.to_json()]
@@ -374,7 +390,9 @@ def redecode_job(ctx: Context, job_name: str, run_id: str | None = None) -> RunR
     ctx.job(job_name)
     report = RunReport.start(job_name, run_id)
     with recorded_stage(ctx, report, "silver") as sr:
-        result = redecode_quarantine(ctx.spark, ctx.tables, report.run_id)
+        result = lake.retry_conflicts(
+            "redecode", lambda: redecode_quarantine(ctx.spark, ctx.tables, report.run_id), retried=sr.conflicts.append
+        )
         log.info("redecode: %d quarantined rows, %d released into their tables", result.bronze_rows, result.released)
         sr.details = [result.to_json()]
     return report

@@ -583,23 +583,29 @@ def serve(
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per table.")
 @_verbose_option
 def tables(config_path: Path, show_all: bool, as_json: bool, verbose: bool) -> None:
-    """Every table's name and location, without Spark: for delta-rs, Polars or DuckDB (docs/sql.md)."""
+    """Every table's name and location, without Spark: for delta-rs, Polars or DuckDB (docs/sql.md).
+    On an object store, also the storage options those readers need (never a secret)."""
     from pipelines.runtime.config import load, resolve_root
+    from pipelines.runtime.storage import reader_options
     from pipelines.runtime.tables import locations
 
     with one_line_errors(verbose):
         config = load(config_path)
         lh = config.lakehouse  # schema names may be renamed there
+        root = resolve_root(config, config_path.resolve().parent)
+        options = reader_options(root, config.spark.conf)
         found = locations(
-            resolve_root(config, config_path.resolve().parent),
-            {layer: getattr(lh, f"{layer}_schema") for layer in ("bronze", "silver", "gold", "quality")},
+            root, {layer: getattr(lh, f"{layer}_schema") for layer in ("bronze", "silver", "gold", "quality")}
         )
     shown = [t for t in found if show_all or t.exists]
     if as_json:
         for t in shown:
             doc = {"name": t.name, "location": t.location, "partitioned_by": list(t.partitioned_by), "exists": t.exists}
-            click.echo(json.dumps(doc))
+            click.echo(json.dumps(doc | ({"storage_options": options} if options else {})))
     else:
+        if options:
+            # what delta-rs and Polars need besides the credentials, which stay in the environment
+            click.echo(f"# storage_options={json.dumps(options)} (credentials: AWS_ACCESS_KEY_ID/...)")
         for t in shown:
             click.echo(f"{t.name}\t{t.location}" + ("" if t.exists else "\t(not created yet)"))
 
@@ -611,7 +617,7 @@ def tables(config_path: Path, show_all: bool, as_json: bool, verbose: bool) -> N
     "--out",
     "out_dir",
     type=click.Path(file_okay=False, path_type=Path),
-    help="Directory for index.html (default: <lakehouse root>/report).",
+    help="Local directory for index.html (default: <lakehouse root>/report, also on an object store).",
 )
 @_verbose_option
 def report(config_path: Path, group: str | None, out_dir: Path | None, verbose: bool) -> None:
@@ -622,9 +628,8 @@ def report(config_path: Path, group: str | None, out_dir: Path | None, verbose: 
 
     with one_line_errors(verbose):
         ctx = Context(config_path)
-        if out_dir is None and "://" in ctx.root:
-            raise ConfigError(f"the lakehouse root {ctx.root} is not a local directory: give --out")
-        index = build_report(ctx, out_dir or Path(ctx.root) / "report", group)
+        # by default beside the tables: <root>/report, on a local disk or the object store
+        index = build_report(ctx, out_dir or f"{ctx.root}/report", group)
     click.echo(f"report: {index}")
 
 

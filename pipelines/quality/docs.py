@@ -1,4 +1,5 @@
-"""Data Docs per run: ``<root>/quality/data_docs/<run_id>/index.html`` and a ``latest`` link.
+"""Data Docs per run: ``<root>/quality/data_docs/<run_id>/index.html`` and a ``latest`` link
+(on an object-store root: built on local disk, uploaded there, and ``LATEST`` names the run).
 
 GX's own index table is drawn in the browser by jQuery and bootstrap-table loaded from public
 CDNs, so offline (CI, air-gapped clusters) it stays empty. The index therefore also gets a
@@ -19,10 +20,16 @@ _COLOURS = {"ok": "#d4edda", "warn": "#fff3cd", "failed": "#f8d7da"}
 
 
 def docs_root(lakehouse_root: str) -> Path | None:
-    """Where Data Docs go, or None for an object-store root (docs are built on local disks)."""
+    """Where Data Docs go on a local root, or None for an object-store root (see :func:`docs_uri`)."""
     if "://" in lakehouse_root and not lakehouse_root.startswith("file://"):
         return None
     return Path(lakehouse_root.removeprefix("file://")) / "quality" / "data_docs"
+
+
+def docs_uri(lakehouse_root: str) -> str:
+    """Where Data Docs go, local or on a store: ``<root>/quality/data_docs``."""
+    local = docs_root(lakehouse_root)
+    return str(local) if local is not None else f"{lakehouse_root.rstrip('/')}/quality/data_docs"
 
 
 def validation_pages(site: Path) -> dict[str, str]:

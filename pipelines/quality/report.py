@@ -6,7 +6,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipelines.quality.docs import docs_root
+from pipelines.quality.docs import docs_root, docs_uri
 from pipelines.quality.results import FAILED, Outcome, read_results, summarize
 
 if TYPE_CHECKING:
@@ -15,11 +15,19 @@ if TYPE_CHECKING:
     from pipelines.runtime.tables import Tables
 
 
-def report_doc(run_id: str | None, outcomes: list[Outcome], docs_dir: Path | None) -> dict[str, Any]:
-    """The report as one JSON-able document (also what the text rendering prints)."""
+def report_doc(
+    run_id: str | None, outcomes: list[Outcome], docs_dir: Path | None, docs_store: str | None = None
+) -> dict[str, Any]:
+    """The report as one JSON-able document (also what the text rendering prints). Data Docs are
+    looked for in the local ``docs_dir``, or at the object-store URI ``docs_store``."""
     suites = [asdict(s) for s in summarize(outcomes)]
     index = docs_dir / run_id / "index.html" if docs_dir is not None and run_id else None
     latest = docs_dir / "latest" / "index.html" if docs_dir is not None else None
+    docs = str(index) if index is not None and index.exists() else None
+    if docs_store is not None and run_id:
+        from pipelines.runtime import files
+
+        docs = f"{docs_store}/{run_id}/index.html" if files.exists(f"{docs_store}/{run_id}/index.html") else None
     return {
         "run_id": run_id,
         "status": "failed" if any(o.action == FAILED for o in outcomes) else ("ok" if outcomes else "no_results"),
@@ -35,7 +43,7 @@ def report_doc(run_id: str | None, outcomes: list[Outcome], docs_dir: Path | Non
             for o in outcomes
             if o.evaluated and not o.success
         ],
-        "data_docs": str(index) if index is not None and index.exists() else None,
+        "data_docs": docs,
         "data_docs_latest": str(latest) if latest is not None and latest.exists() else None,
     }
 
@@ -58,7 +66,7 @@ def render_text(doc: dict[str, Any]) -> str:
             f"{p['action']}: {p['suite']}.{p['expectation']} "
             f"({p['unexpected_count'] if p['unexpected_count'] is not None else p['observed_value']} unexpected)"
         )
-    lines.append(f"Data Docs: {doc['data_docs'] or 'not built (object-store lakehouse root)'}")
+    lines.append(f"Data Docs: {doc['data_docs'] or 'not built'}")
     if doc["data_docs_latest"]:
         lines.append(f"latest:    {doc['data_docs_latest']}")
     return "\n".join(lines) + "\n"
@@ -66,4 +74,5 @@ def render_text(doc: dict[str, Any]) -> str:
 
 def load_report(spark: SparkSession, tables: Tables, run_id: str | None = None) -> dict[str, Any]:
     run_id, outcomes = read_results(spark, tables, run_id)
-    return report_doc(run_id, outcomes, docs_root(tables.root))
+    local = docs_root(tables.root)
+    return report_doc(run_id, outcomes, local, None if local is not None else docs_uri(tables.root))

@@ -11,12 +11,13 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipelines.quality.docs import add_summary, docs_root, point_latest
+from pipelines.quality.docs import add_summary, docs_root, docs_uri, point_latest
 from pipelines.quality.engine import engine
 from pipelines.quality.frames import Frame, Inputs, load_frame
 from pipelines.quality.quarantine import offender_keys, offenders
@@ -31,7 +32,7 @@ from pipelines.quality.results import (
     write_results,
 )
 from pipelines.quality.suites import LAYERS, Suite, Suites, load_suites, resolve_policy, violation_predicate
-from pipelines.runtime import lake
+from pipelines.runtime import files, lake
 from pipelines.silver import Offenders, move_to_quarantine, settle_quarantine
 
 if TYPE_CHECKING:
@@ -311,13 +312,24 @@ def _unchanged(
     return report
 
 
-def build_docs(lakehouse_root: str, run_id: str, outcomes: list[Outcome]) -> str | None:
+def build_docs(lakehouse_root: str, run_id: str, outcomes: list[Outcome]) -> str:
+    """The run's Data Docs under ``<root>/quality/data_docs/<run_id>/``; returns its index page.
+    GX writes sites to local disks: on an object-store root they are built in a temporary
+    directory and uploaded, and ``LATEST`` (no links on a store) names the newest run."""
     root = docs_root(lakehouse_root)
-    if root is None:
-        return None
-    site = root / run_id
-    site.mkdir(parents=True, exist_ok=True)
-    index = engine().build_docs(site)
-    add_summary(index, run_id, outcomes)
-    point_latest(root, run_id)
-    return str(Path(index))
+    if root is not None:
+        site = root / run_id
+        site.mkdir(parents=True, exist_ok=True)
+        index = engine().build_docs(site)
+        add_summary(index, run_id, outcomes)
+        point_latest(root, run_id)
+        return str(Path(index))
+    target = f"{docs_uri(lakehouse_root)}/{run_id}"
+    with tempfile.TemporaryDirectory(prefix="offsets-lakehouse-docs-") as tmp:
+        site = Path(tmp) / run_id
+        site.mkdir()
+        index = engine().build_docs(site)
+        add_summary(index, run_id, outcomes)
+        files.upload_tree(site, target)
+    files.write_bytes(f"{docs_uri(lakehouse_root)}/LATEST", (run_id + "\n").encode())
+    return f"{target}/index.html"

@@ -4,11 +4,17 @@
 ``finally``, like a kill) when it reaches that point. Points are listed in ``POINTS`` and
 documented in docs/testing.md; an unknown name is refused so that a typo cannot make a
 crash test pass vacuously.
+
+With ``OFFSETS_FAULT_HOOK=<host>:<port>`` as well, the process does not die there: it tells the
+test harness listening at that address which point it reached, waits for its answer and goes on.
+The object-store tests stop the store at that moment (tests/support/store.py), so the run meets
+a store that is gone in the middle of its commits.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import sys
 
 POINTS = {
@@ -37,4 +43,11 @@ def point(name: str) -> None:
     if wanted == name:
         sys.stderr.write(f"fault injected at {name}\n")
         sys.stderr.flush()
+        hook = os.environ.get("OFFSETS_FAULT_HOOK")
+        if hook:
+            host, _, port = hook.rpartition(":")
+            with socket.create_connection((host, int(port)), timeout=60) as conn:
+                conn.sendall(f"{name}\n".encode())
+                conn.makefile().readline()  # the harness has done its part
+            return
         os._exit(EXIT_CODE)

@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyarrow import fs
 
-__all__ = ["filesystem", "normalise", "read_parquet"]
+__all__ = ["exists", "filesystem", "normalise", "read_parquet", "upload_tree", "write_bytes"]
 
 
 def normalise(uri: str) -> str:
@@ -48,6 +48,30 @@ def filesystem(uri: str) -> tuple[Any, str]:
         key = key.rstrip("/")
         return filesys, f"{root}/{key}" if key else root
     return fs.FileSystem.from_uri(uri)
+
+
+def exists(uri: str) -> bool:
+    """Whether a file or directory (on a store: a key or a prefix) is at ``uri``."""
+    filesys, path = filesystem(uri)
+    return filesys.get_file_info(path).type != fs.FileType.NotFound
+
+
+def write_bytes(uri: str, data: bytes) -> None:
+    """Write ``data`` to the file at ``uri`` (whole: an object appears at once on a store)."""
+    filesys, path = filesystem(uri)
+    if isinstance(filesys, fs.LocalFileSystem):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with filesys.open_output_stream(path) as out:
+        out.write(data)
+
+
+def upload_tree(local: Path, uri: str) -> int:
+    """Copy the files under the local directory ``local`` to the directory ``uri``; returns how many."""
+    count = 0
+    for path in sorted(p for p in local.rglob("*") if p.is_file()):
+        write_bytes(f"{uri.rstrip('/')}/{path.relative_to(local).as_posix()}", path.read_bytes())
+        count += 1
+    return count
 
 
 def _floor_ms(column: pa.ChunkedArray | pa.Array) -> pa.Array:

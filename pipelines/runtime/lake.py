@@ -19,6 +19,8 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import random
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -49,6 +51,7 @@ __all__ = [
     "commit_empty",
     "commit_info",
     "commit_metadata",
+    "conflict",
     "data_files",
     "drop",
     "exists",
@@ -69,6 +72,7 @@ __all__ = [
     "replace_if_changed",
     "replace_partitions",
     "replace_where",
+    "retry_conflicts",
     "rows_beyond_where",
     "session_conf",
     "set_property",
@@ -522,6 +526,80 @@ def tagged_commits(spark: SparkSession, path: str) -> Iterator[tuple[int, Any, d
             continue
         if isinstance(meta, dict):
             yield int(row["version"]), row["timestamp"], meta
+
+
+# -- concurrent writers --------------------------------------------------------------------------------------
+# What Delta (and delta-rs) raise when another writer committed to the same table first in a way
+# that breaks this transaction's reads (optimistic concurrency): the transaction changed nothing,
+# and done again it sees the other commit. Also the race of two writers creating one table.
+CONFLICTS = (
+    "DELTA_CONCURRENT_APPEND",
+    "DELTA_CONCURRENT_DELETE_READ",
+    "DELTA_CONCURRENT_DELETE_DELETE",
+    "DELTA_CONCURRENT_TRANSACTION",
+    "DELTA_CONCURRENT_WRITE",
+    "DELTA_METADATA_CHANGED",
+    "DELTA_PROTOCOL_CHANGED",
+    "ConcurrentAppendException",
+    "ConcurrentDeleteReadException",
+    "ConcurrentDeleteDeleteException",
+    "ConcurrentTransactionException",
+    "MetadataChangedException",
+    "ProtocolChangedException",
+    "CommitFailedError",  # delta-rs, after its own retries
+    "DELTA_TABLE_ALREADY_EXISTS",
+)
+
+
+def conflict(exc: BaseException) -> str | None:
+    """The name of the concurrent-modification conflict ``exc`` reports (see :data:`CONFLICTS`), or
+    None when it is any other error."""
+    seen = 0
+    current: BaseException | None = exc
+    while current is not None and seen < 10:
+        text = f"{type(current).__name__}: {current}"
+        for name in CONFLICTS:
+            if name in text:
+                return name
+        current, seen = current.__cause__ or current.__context__, seen + 1
+    return None
+
+
+CONFLICT_ATTEMPTS = 6
+
+
+def retry_conflicts(
+    what: str,
+    work: Callable[[], Any],
+    attempts: int = CONFLICT_ATTEMPTS,
+    sleep: Callable[[float], None] = time.sleep,
+    retried: Callable[[str], None] | None = None,
+) -> Any:
+    """``work()``, done again (at most ``attempts`` times in all, after a growing, jittered pause)
+    while it fails with a concurrent-modification :func:`conflict`; any other error, or the last
+    conflict, is raised. For work that is idempotent as a whole — a stage of a job, which a killed
+    run re-does from its start — so that jobs sharing tables absorb each other's commits instead
+    of failing. ``retried`` is told the conflict's name before each new attempt."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return work()
+        except Exception as exc:
+            name = conflict(exc)
+            if name is None or attempt == attempts:
+                raise
+            pause = min(30.0, 2.0 ** (attempt - 1)) * (0.5 + random.random())
+            log.warning(
+                "%s: another writer committed first (%s); doing it again in %.1f s (attempt %d of %d)",
+                what,
+                name,
+                pause,
+                attempt + 1,
+                attempts,
+            )
+            if retried is not None:
+                retried(name)
+            sleep(pause)
+    raise AssertionError("unreachable")
 
 
 # -- writing -----------------------------------------------------------------------------------------------

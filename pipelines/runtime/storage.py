@@ -39,6 +39,7 @@ __all__ = [
     "check_root",
     "delta_rs_options",
     "is_object_store",
+    "reader_options",
     "split_uri",
 ]
 
@@ -204,6 +205,19 @@ def delta_rs_options(uri: str) -> dict[str, str]:
     if os.environ.get("AWS_ENDPOINT_URL", "").startswith("http://"):
         options["AWS_ALLOW_HTTP"] = "true"
     return options
+
+
+def reader_options(root: str, spark_conf: Mapping[str, str]) -> dict[str, str]:
+    """What a reader outside this package (delta-rs, Polars) passes as ``storage_options`` to read
+    the lakehouse at ``root``: the endpoint and region, never the credentials (those stay in the
+    environment, where delta-rs also reads them). Exports the settings, for this process's reads."""
+    if not is_object_store(root):
+        return {}
+    settings = S3Settings.resolve(spark_conf)
+    settings.export()
+    env = settings.environ()
+    keep = ("AWS_ENDPOINT_URL", "AWS_REGION", "AWS_ALLOW_HTTP")
+    return {k: env[k] for k in keep if k in env}
 
 
 _checked: set[tuple[str, str]] = set()

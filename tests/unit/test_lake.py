@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+
+from pipelines.runtime import lake
 from pipelines.runtime.lake import key_condition, offset_ranges_predicate, partitions_predicate, sql_in_list, sql_str
 
 
@@ -40,3 +43,50 @@ def test_offset_ranges_predicate_prunes_by_partition_then_offsets() -> None:
         "(t.cluster = 'c1' AND t.partition = 3 AND (t.offset BETWEEN 0 AND 9 OR t.offset BETWEEN 40 AND 49))"
         " OR (t.cluster = 'c2' AND t.partition = 7 AND (t.offset BETWEEN 5 AND 9)))"
     )
+
+
+def test_conflict_names_delta_and_delta_rs_conflicts() -> None:
+    assert lake.conflict(RuntimeError("[DELTA_CONCURRENT_APPEND] Files were added to partition ...")) == (
+        "DELTA_CONCURRENT_APPEND"
+    )
+    wrapped = RuntimeError("stage failed")
+    wrapped.__cause__ = type("CommitFailedError", (Exception,), {})("Transaction failed: version already exists")
+    assert lake.conflict(wrapped) == "CommitFailedError"
+    assert lake.conflict(RuntimeError("[DELTA_PROTOCOL_CHANGED] The protocol version ...")) == "DELTA_PROTOCOL_CHANGED"
+    assert lake.conflict(OSError("Connection refused")) is None
+    assert lake.conflict(ValueError("DELTA_SOMETHING_ELSE")) is None
+
+
+def test_retry_conflicts_does_the_work_again_until_it_commits() -> None:
+    calls, pauses, told = [], [], []
+
+    def work() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise RuntimeError("[DELTA_CONCURRENT_APPEND] Files were added by a concurrent update")
+        return "committed"
+
+    assert lake.retry_conflicts("silver", work, sleep=pauses.append, retried=told.append) == "committed"
+    assert len(calls) == 3 and told == ["DELTA_CONCURRENT_APPEND"] * 2
+    assert len(pauses) == 2 and 0.5 <= pauses[0] <= 1.5 and 1.0 <= pauses[1] <= 3.0  # growing, jittered
+
+
+def test_retry_conflicts_raises_other_errors_at_once_and_the_last_conflict() -> None:
+    calls = []
+
+    def broken() -> None:
+        calls.append(1)
+        raise OSError("the store is gone")
+
+    with pytest.raises(OSError, match="the store is gone"):
+        lake.retry_conflicts("bronze", broken, sleep=lambda s: None)
+    assert len(calls) == 1
+
+    def always() -> None:
+        calls.append(1)
+        raise RuntimeError("[DELTA_METADATA_CHANGED] The metadata of the Delta table has been changed")
+
+    calls.clear()
+    with pytest.raises(RuntimeError, match="DELTA_METADATA_CHANGED"):
+        lake.retry_conflicts("gold", always, attempts=4, sleep=lambda s: None)
+    assert len(calls) == 4

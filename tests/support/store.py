@@ -1,0 +1,252 @@
+"""An S3-compatible object store for the tests: moto's S3 server in a process of its own, on
+loopback, behind a small TCP proxy that the tests can cut.
+
+moto is an emulator, but it starts in a second and honours the conditional writes the lakehouse's
+commits and job locks rely on (``If-None-Match``, ``If-Match``: tests/unit/test_lease.py probes
+them). The long tier and the object-store benchmark use a real store, SeaweedFS
+(docs/object-storage.md). The proxy is what a network does to a store: it can refuse every
+connection (:meth:`StoreProxy.down`, the store stopped or unreachable), and lose the answer to one
+request that did reach the store (:meth:`StoreProxy.lose_answer`). It counts the requests that
+pass it, by method, for the benchmark's request counts.
+
+A process under test reaches a fault point (``OFFSETS_FAULT=<point>``) and, with
+``OFFSETS_FAULT_HOOK=127.0.0.1:<proxy.hook_port>``, tells the proxy, which goes down before
+answering: the store is gone at exactly that point of the run (pipelines/runtime/faults.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+_REQUEST = re.compile(rb"(GET|PUT|POST|HEAD|DELETE) (\S+) HTTP/1\.1\r\n")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_listening(port: int, proc: subprocess.Popen[bytes] | None = None, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"the store server exited with {proc.returncode}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"nothing listens on 127.0.0.1:{port}")
+
+
+class StoreProxy:
+    """A TCP proxy in front of the store: forwards bytes both ways, can be cut and restored."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.port = free_port()
+        self.requests: Counter[str] = Counter()
+        self.paths: list[tuple[str, str]] = []
+        self._lock = threading.Lock()
+        self._conns: set[socket.socket] = set()
+        self._listener: socket.socket | None = None
+        self._lose: re.Pattern[bytes] | None = None
+        self.lost: list[str] = []
+        self.hook_port = free_port()
+        self.hooked: list[str] = []
+        self._hook = socket.create_server(("127.0.0.1", self.hook_port))
+        threading.Thread(target=self._serve_hook, daemon=True).start()
+        self.up()
+
+    # -- cutting and restoring --------------------------------------------------------------------
+    def up(self) -> None:
+        if self._listener is not None:
+            return
+        listener = socket.create_server(("127.0.0.1", self.port), reuse_port=True)
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def down(self) -> None:
+        """Refuse new connections and reset the open ones: the store is gone."""
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            with contextlib.suppress(OSError):
+                listener.shutdown(socket.SHUT_RDWR)
+            listener.close()
+        with self._lock:
+            conns, self._conns = list(self._conns), set()
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                conn.close()
+
+    def lose_answer(self, path_pattern: str) -> None:
+        """The next request whose path matches ``path_pattern`` reaches the store, but its answer
+        is lost: the client's connection is closed instead (the client then retries)."""
+        self._lose = re.compile(path_pattern.encode())
+
+    def reset_counts(self) -> None:
+        with self._lock:
+            self.requests.clear()
+            self.paths.clear()
+
+    # -- forwarding ---------------------------------------------------------------------------------
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            try:
+                server = socket.create_connection(("127.0.0.1", self.target_port))
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._conns |= {client, server}
+            state = {"lose": False}
+            threading.Thread(target=self._upstream, args=(client, server, state), daemon=True).start()
+            threading.Thread(target=self._downstream, args=(server, client, state), daemon=True).start()
+
+    def _upstream(self, client: socket.socket, server: socket.socket, state: dict[str, bool]) -> None:
+        try:
+            while data := client.recv(65536):
+                for m in _REQUEST.finditer(data):
+                    method, path = m.group(1).decode(), m.group(2).decode()
+                    with self._lock:
+                        self.requests[method] += 1
+                        self.paths.append((method, path))
+                    if self._lose is not None and self._lose.search(m.group(2)):
+                        self._lose = None
+                        state["lose"] = True
+                        self.lost.append(f"{method} {path}")
+                server.sendall(data)
+        except OSError:
+            pass
+        finally:
+            self._close(client, server)
+
+    def _downstream(self, server: socket.socket, client: socket.socket, state: dict[str, bool]) -> None:
+        try:
+            while data := server.recv(65536):
+                if state["lose"] and data.startswith(b"HTTP/1.1 ") and not data.startswith(b"HTTP/1.1 100"):
+                    state["lose"] = False
+                    return  # the store answered; the client never hears it
+                client.sendall(data)
+        except OSError:
+            pass
+        finally:
+            self._close(client, server)
+
+    def _close(self, *socks: socket.socket) -> None:
+        for s in socks:
+            with contextlib.suppress(OSError):
+                s.close()
+            with self._lock:
+                self._conns.discard(s)
+
+    def _serve_hook(self) -> None:
+        while True:
+            try:
+                conn, _ = self._hook.accept()
+            except OSError:
+                return
+            with conn:
+                point = conn.makefile().readline().strip()
+                self.hooked.append(point)
+                self.down()
+                conn.sendall(b"ok\n")
+
+    def close(self) -> None:
+        self.down()
+        self._hook.close()
+
+
+@dataclass
+class Store:
+    """A running store: the proxy's endpoint (what clients use) and the store behind it."""
+
+    proxy: StoreProxy
+    process: subprocess.Popen[bytes]
+    direct: str  # the store's own endpoint, bypassing the proxy (for checks while it is cut)
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.proxy.port}"
+
+    def env(self, direct: bool = False) -> dict[str, str]:
+        """The ``AWS_*`` environment every client of the lakehouse reads (runtime/storage.py)."""
+        return {
+            "AWS_ENDPOINT_URL": self.direct if direct else self.endpoint,
+            "AWS_ACCESS_KEY_ID": "test-key",
+            "AWS_SECRET_ACCESS_KEY": "test-secret-key",
+            "AWS_REGION": "us-east-1",
+            "AWS_EC2_METADATA_DISABLED": "true",
+        }
+
+    def client(self, direct: bool = True) -> Any:
+        from pipelines.runtime.storage import S3Settings
+
+        return S3Settings.resolve({}, self.env(direct)).client()
+
+    def bucket(self, name: str) -> str:
+        """Create bucket ``name`` (if needed); returns it."""
+        client = self.client()
+        with contextlib.suppress(client.exceptions.BucketAlreadyOwnedByYou, client.exceptions.BucketAlreadyExists):
+            client.create_bucket(Bucket=name)
+        return name
+
+    def upload(self, local: Path, uri: str) -> None:
+        """Copy a local directory tree to ``s3://bucket/prefix``."""
+        bucket, _, prefix = uri.removeprefix("s3://").removeprefix("s3a://").partition("/")
+        client = self.client()
+        for path in sorted(p for p in local.rglob("*") if p.is_file()):
+            key = f"{prefix.rstrip('/')}/{path.relative_to(local).as_posix()}".lstrip("/")
+            client.put_object(Bucket=bucket, Key=key, Body=path.read_bytes())
+
+
+@contextlib.contextmanager
+def moto_store(log_dir: Path) -> Iterator[Store]:
+    """moto's S3 server in its own process, behind a :class:`StoreProxy`."""
+    port = free_port()
+    log_dir.mkdir(parents=True, exist_ok=True)
+    with open(log_dir / "moto.log", "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "MOTO_ALLOW_NONEXISTENT_REGION": "true"},
+        )
+    try:
+        _wait_listening(port, proc)
+        proxy = StoreProxy(port)
+        try:
+            yield Store(proxy, proc, f"http://127.0.0.1:{port}")
+        finally:
+            proxy.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+# settings for the tests' jobs on a store: S3A gives up on an unreachable store in seconds instead
+# of minutes of retries (its defaults suit production, where a store comes back)
+FAST_FAILING_S3A = {
+    "spark.hadoop.fs.s3a.retry.limit": "1",
+    "spark.hadoop.fs.s3a.retry.interval": "200ms",
+    "spark.hadoop.fs.s3a.attempts.maximum": "1",
+    "spark.hadoop.fs.s3a.connection.establish.timeout": "2s",
+    "spark.hadoop.fs.s3a.connection.timeout": "30s",
+    "spark.hadoop.fs.s3a.retry.throttle.limit": "1",
+}
