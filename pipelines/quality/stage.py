@@ -8,9 +8,11 @@ suites right after gold; alone (``offsets-lakehouse quality JOB``) every suite r
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import logging
 import re
+import shutil
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -325,11 +327,22 @@ def build_docs(lakehouse_root: str, run_id: str, outcomes: list[Outcome]) -> str
         point_latest(root, run_id)
         return str(Path(index))
     target = f"{docs_uri(lakehouse_root)}/{run_id}"
-    with tempfile.TemporaryDirectory(prefix="offsets-lakehouse-docs-") as tmp:
-        site = Path(tmp) / run_id
-        site.mkdir()
-        index = engine().build_docs(site)
-        add_summary(index, run_id, outcomes)
-        files.upload_tree(site, target)
+    site = _staging() / run_id  # the same for a run's later checkpoints: GX adds to its site
+    site.mkdir(exist_ok=True)
+    index = engine().build_docs(site)
+    add_summary(index, run_id, outcomes)
+    files.upload_tree(site, target)
     files.write_bytes(f"{docs_uri(lakehouse_root)}/LATEST", (run_id + "\n").encode())
     return f"{target}/index.html"
+
+
+_STAGING: list[Path] = []
+
+
+def _staging() -> Path:
+    """This process's local directory for Data Docs on their way to an object store (removed at exit)."""
+    if not _STAGING:
+        path = Path(tempfile.mkdtemp(prefix="offsets-lakehouse-docs-"))
+        atexit.register(shutil.rmtree, path, ignore_errors=True)
+        _STAGING.append(path)
+    return _STAGING[0]

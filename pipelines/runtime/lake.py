@@ -698,7 +698,7 @@ def write_arrow(rows: pa.Table, path: str, where: str | None = None, metadata: d
     uri = normalise(path)
     try:
         # on an object store, commits by conditional write: the coordination Spark's log store uses
-        table = RsTable(uri, storage_options=delta_rs_options(uri))
+        table = RsTable(uri, storage_options=delta_rs_options(uri, writing=True))
         if set(table.protocol().writer_features or ()) - LOCAL_WRITER_FEATURES:
             return False
         schema = pa.schema(table.schema().to_arrow())

@@ -36,6 +36,9 @@ DEFAULTS = {
 }
 
 
+JVM_LOG_TO_STDERR = "-Xlog:disable -Xlog:all=warning:stderr"
+
+
 def package_zip() -> Path:
     """The ``pipelines`` package (with ``schemas/``) as a zip for executors."""
     repo = Path(__file__).resolve().parents[2]
@@ -78,6 +81,10 @@ def build_session(
         conf["spark.databricks.delta.snapshotPartitions"] = str(max(2, os.cpu_count() or 2))
     conf.update(settings.conf)
     conf.update(extra_conf or {})
+    # the JVM's own warnings (unified logging: e.g. "CodeCache is full") go to stdout by default,
+    # which is the CLI's stdout when PySpark starts the driver: `--json` must stay one document
+    jvm_options = conf.get("spark.driver.extraJavaOptions", "")
+    conf["spark.driver.extraJavaOptions"] = f"{JVM_LOG_TO_STDERR} {jvm_options}".strip()
     builder = SparkSession.builder.appName(settings.app_name)
     if master and "SPARK_SUBMIT_MASTER" not in os.environ:
         builder = builder.master(master)

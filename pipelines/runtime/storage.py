@@ -150,10 +150,7 @@ class S3Settings:
     def spark_conf(self, local: bool) -> dict[str, str]:
         """Spark settings for S3A and Delta on the store; ``local`` False adds what a cluster's
         executors need (the ``AWS_*`` variables as ``spark.executorEnv``)."""
-        conf = {
-            "spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
-            "spark.hadoop.fs.s3a.path.style.access": str(self.path_style).lower(),
-        }
+        conf = {"spark.hadoop.fs.s3a.path.style.access": str(self.path_style).lower()}
         if self.endpoint:
             conf["spark.hadoop.fs.s3a.endpoint"] = self.endpoint
             conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(self.endpoint.startswith("https://")).lower()
@@ -186,24 +183,34 @@ class S3Settings:
 
 
 def log_store_conf() -> dict[str, str]:
-    """Delta's log store for ``s3://`` and ``s3a://`` tables: commits by conditional write."""
+    """Every session's settings for ``s3://`` and ``s3a://`` tables: S3A for both schemes, and
+    Delta's log store that commits by conditional write."""
     from pipelines.runtime.jars import LOG_STORE_CLASS
 
     return {
+        "spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
         "spark.delta.logStore.s3a.impl": LOG_STORE_CLASS,
         "spark.delta.logStore.s3.impl": LOG_STORE_CLASS,
     }
 
 
-def delta_rs_options(uri: str) -> dict[str, str]:
+def delta_rs_options(uri: str, writing: bool = False) -> dict[str, str]:
     """delta-rs storage options for the table at ``uri``: on a store, commits by conditional
     write (``If-None-Match``, as Spark's log store) and plain HTTP when the endpoint is; the
-    endpoint and keys delta-rs reads from the environment (:meth:`S3Settings.export`)."""
+    endpoint and keys delta-rs reads from the environment (:meth:`S3Settings.export`).
+
+    ``writing``: no request retries. A commit whose answer was lost is retried by the store
+    client, refused by the commit file it did write, and taken by delta-rs for another writer's
+    commit: it commits the same actions again at the next version, and the change data feed then
+    shows its rows twice. Without retries the write fails instead, as if the run was killed after
+    its commit, which every stage recovers from (measured: tests/spark/test_object_store.py)."""
     if not is_object_store(uri):
         return {}
     options = {"conditional_put": "etag"}
     if os.environ.get("AWS_ENDPOINT_URL", "").startswith("http://"):
         options["AWS_ALLOW_HTTP"] = "true"
+    if writing:
+        options["max_retries"] = "0"
     return options
 
 

@@ -47,3 +47,15 @@ def test_session_runs_the_pinned_jvm_versions(spark) -> None:
     assert jar_of("org.apache.spark.sql.kafka010.KafkaSourceProvider") == (
         f"spark-sql-kafka-0-10_2.13-{pins()['pyspark']}.jar"
     )
+
+
+def test_s3a_matches_the_wheels_hadoop_and_the_log_store_is_built() -> None:
+    """hadoop-aws must be the release of the Hadoop client inside the pyspark wheel (S3A calls
+    into hadoop-common's internals), and the log store for object stores compiles against it."""
+    (client,) = [p.name for p in jars.pyspark_jars_dir().glob("hadoop-client-api-*.jar")]
+    hadoop = re.fullmatch(r"hadoop-client-api-([\d.]+)\.jar", client).group(1)  # type: ignore[union-attr]
+    assert f"<hadoop.version>{hadoop}</hadoop.version>" in jars.POM.read_text()
+    names = {p.name for p in jars.resolve()}
+    assert f"hadoop-aws-{hadoop}.jar" in names
+    assert "offsets-lakehouse-delta.jar" in names
+    assert not any(n.startswith("bundle-") for n in names), "the 640 MB SDK bundle is excluded"

@@ -9,7 +9,6 @@ session reads from the same tables, or with the files on disk and the declaratio
 from __future__ import annotations
 
 import csv
-import datetime as dt
 import io
 import json
 import os
@@ -33,6 +32,7 @@ from pipelines.runner import Context
 from pipelines.runtime.jars import pyspark_jars_dir
 from pipelines.runtime.tables import load_specs, load_views
 from tests.spark.shared_lakehouse import SharedLakehouse
+from tests.support.rows import sorted_rows, spark_rows
 
 OFFSETS_QUERY = (
     "SELECT group_id, topic, `partition`, committed_offset, metadata, deleted, delete_cause "
@@ -261,28 +261,6 @@ def test_tables_lists_names_and_locations(run_cli, lakehouse: Context) -> None:
 
 
 # --- gold without Spark -------------------------------------------------------------------------
-
-
-def plain(value: Any) -> Any:
-    """A value as plain Python, whoever read it: Spark's Rows and pyarrow's dicts alike; times in UTC."""
-    if hasattr(value, "asDict"):
-        value = value.asDict(recursive=True)
-    if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
-    if isinstance(value, dt.datetime) and value.tzinfo is not None:
-        return value.astimezone(dt.timezone.utc).replace(tzinfo=None)  # the session's zone is UTC
-    return value
-
-
-def sorted_rows(rows: list[dict]) -> list[dict]:
-    return sorted((plain(r) for r in rows), key=lambda r: json.dumps(r, default=str, sort_keys=True))
-
-
-def spark_rows(spark, path: str) -> tuple[list[str], list[dict]]:
-    df = spark.read.format("delta").load(path)
-    return df.columns, sorted_rows([r.asDict(recursive=True) for r in df.collect()])
 
 
 def test_every_gold_table_reads_the_same_with_delta_rs(lakehouse: Context, spark) -> None:

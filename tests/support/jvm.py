@@ -10,7 +10,9 @@ processes (docs/testing.md).
 
 from __future__ import annotations
 
-SHORT_RUN_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+# C1's code cache is 48 MB by default; S3A and the AWS SDK filled it in an object-store run
+# ("CodeCache is full. Compiler has been disabled", and the rest of the run interpreted)
+SHORT_RUN_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=128m"
 
 # Tests run the pipeline on a few thousand records, where compiling Java for every query plan
 # (whole-stage and expression codegen) is a quarter of the JVM's CPU (a flight recording of a

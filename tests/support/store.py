@@ -152,6 +152,8 @@ class StoreProxy:
     def _close(self, *socks: socket.socket) -> None:
         for s in socks:
             with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)  # wakes the other direction's thread; sends the FIN
+            with contextlib.suppress(OSError):
                 s.close()
             with self._lock:
                 self._conns.discard(s)
@@ -207,11 +209,16 @@ class Store:
             client.create_bucket(Bucket=name)
         return name
 
-    def upload(self, local: Path, uri: str) -> None:
-        """Copy a local directory tree to ``s3://bucket/prefix``."""
+    def upload(self, local: Path, uri: str, only: list[Path] | None = None) -> None:
+        """Copy a local directory tree (or the files ``only``, with their index files) to
+        ``s3://bucket/prefix``."""
         bucket, _, prefix = uri.removeprefix("s3://").removeprefix("s3a://").partition("/")
         client = self.client()
-        for path in sorted(p for p in local.rglob("*") if p.is_file()):
+        files = sorted(p for p in local.rglob("*") if p.is_file())
+        if only is not None:
+            stems = {p.with_suffix("") for p in only}
+            files = [p for p in files if p.with_suffix("") in stems]
+        for path in files:
             key = f"{prefix.rstrip('/')}/{path.relative_to(local).as_posix()}".lstrip("/")
             client.put_object(Bucket=bucket, Key=key, Body=path.read_bytes())
 
@@ -238,6 +245,21 @@ def moto_store(log_dir: Path) -> Iterator[Store]:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def session_conf(store: Store, bucket: str) -> dict[str, str]:
+    """Hadoop settings that point a running Spark session's S3A at ``bucket`` of ``store`` (per
+    bucket: a session started before the store knows nothing of it)."""
+    env = store.env()
+    prefix = f"fs.s3a.bucket.{bucket}."
+    return {
+        prefix + "endpoint": env["AWS_ENDPOINT_URL"],
+        prefix + "endpoint.region": env["AWS_REGION"],
+        prefix + "path.style.access": "true",
+        prefix + "connection.ssl.enabled": "false",
+        prefix + "access.key": env["AWS_ACCESS_KEY_ID"],
+        prefix + "secret.key": env["AWS_SECRET_ACCESS_KEY"],
+    }
 
 
 # settings for the tests' jobs on a store: S3A gives up on an unreachable store in seconds instead
