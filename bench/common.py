@@ -225,11 +225,13 @@ def expected_gold(state: dict) -> dict:
     }
 
 
-def gold_now(spark, tables) -> dict:
-    """The same parts, read from the gold tables of ``tables``' lakehouse."""
+def gold_now(spark, tables, cluster: str | None = None) -> dict:
+    """The same parts, read from the gold tables of ``tables``' lakehouse (of ``cluster`` only,
+    when given: a lakehouse that several clusters' jobs write)."""
+    where = "true" if cluster is None else f"cluster = '{cluster}'"
 
     def rows(table: str) -> list:
-        return spark.read.format("delta").load(tables.path("gold", table)).collect()
+        return spark.read.format("delta").load(tables.path("gold", table)).where(where).collect()
 
     offsets, pending, groups = rows("current_offsets"), rows("pending_transactions"), rows("current_groups")
     return {
@@ -254,7 +256,7 @@ def gold_now(spark, tables) -> dict:
         },
         "groups": {
             (r["group_id"], r["protocol"]): (r["protocol_type"], r["state"], r["exists_because"])
-            for r in spark.table(tables.name("gold", "live_groups")).collect()
+            for r in spark.table(tables.name("gold", "live_groups")).where(where).collect()
         },
         "simple_groups_gone": {
             r["group_id"]: r["delete_cause"]
@@ -267,10 +269,11 @@ def gold_now(spark, tables) -> dict:
     }
 
 
-def gold_differences(spark, tables, expected_state: Path) -> list[str]:
-    """Where gold differs from the generator's ``expected-state.json`` (empty: it equals it)."""
+def gold_differences(spark, tables, expected_state: Path, cluster: str | None = None) -> list[str]:
+    """Where gold (of ``cluster``, when given) differs from the generator's ``expected-state.json``
+    (empty: it equals it)."""
     want = expected_gold(json.loads(Path(expected_state).read_text()))
-    got = gold_now(spark, tables)
+    got = gold_now(spark, tables, cluster)
     out = []
     for part, expected in want.items():
         have = got[part]

@@ -547,7 +547,9 @@ CONFLICTS = (
     "MetadataChangedException",
     "ProtocolChangedException",
     "CommitFailedError",  # delta-rs, after its own retries
+    # two writers creating one table: the loser finds the winner's table, or its log being made
     "DELTA_TABLE_ALREADY_EXISTS",
+    "DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION",
 )
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -272,3 +273,31 @@ FAST_FAILING_S3A = {
     "spark.hadoop.fs.s3a.connection.timeout": "30s",
     "spark.hadoop.fs.s3a.retry.throttle.limit": "1",
 }
+
+
+def as_host(name: str, cmd: list[str], disk: Path) -> list[str]:
+    """``cmd`` as run on host ``name`` (as root, with ``unshare``): in namespaces of its own where
+    the host name is ``name`` and resolves, like a real host's, to its loopback address (an
+    ``/etc/hosts`` of its own on ``disk``), so a lock's holder names that host. The command as it
+    is otherwise."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        return cmd
+    hosts = disk / "hosts"
+    hosts.write_text(f"127.0.0.1 localhost {name}\n::1 localhost\n")
+    script = f'hostname {name} && mount --bind {hosts} /etc/hosts && exec "$@"'
+    return ["unshare", "--uts", "--mount", "--propagation", "private", "sh", "-c", script, "sh", *cmd]
+
+
+def host_env(store: Store, disk: Path) -> dict[str, str]:
+    """The environment of a "host": the store's settings and a local disk of its own (temporary
+    files, Spark's scratch space)."""
+    (disk / "tmp").mkdir(parents=True, exist_ok=True)
+    return {
+        **os.environ,
+        **store.env(),
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+        "TMPDIR": str(disk / "tmp"),
+        "SPARK_LOCAL_DIRS": str(disk / "tmp"),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+    }
