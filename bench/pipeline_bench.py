@@ -10,6 +10,11 @@ stages bronze, silver and gold (and quality with ``--quality``), Spark settings 
 repository's jobs.yaml — and run through the public runner API (``Context``, ``run_job``), one
 stage at a time:
 
+With ``--root s3a://bucket/prefix`` the lakehouse is on an object store (its endpoint and keys from
+the ``AWS_*`` environment, docs/object-storage.md; the source log stays on local disk), emptied
+first; ``--count-requests`` puts a counting proxy (tests/support/store.py) between the pipeline
+and the store and reports the requests of each run by HTTP method.
+
 1. ``initial``: the base, on the empty lakehouse;
 2. ``increment``: after the held-back data appeared the way a broker writes it (active segments
    grown, new segments rolled in);
@@ -54,7 +59,7 @@ CACHE_PREFIX = "gold"
 
 
 # -- the job ------------------------------------------------------------------------------------------
-def write_jobs(path: Path, lakehouse: Path, source: Path, stages: list[str], conf: dict[str, str]) -> None:
+def write_jobs(path: Path, lakehouse: Path | str, source: Path, stages: list[str], conf: dict[str, str]) -> None:
     """jobs.yaml for the benchmark: the repository's Spark settings (what ``offsets-lakehouse run``
     uses, so tuning them there shows here) with ``conf`` on top."""
     spark = dict(yaml.safe_load((REPO / "jobs.yaml").read_text()).get("spark") or {})
@@ -81,8 +86,10 @@ def write_jobs(path: Path, lakehouse: Path, source: Path, stages: list[str], con
 _COMMIT = re.compile(r"^(\d{20})\.json$")
 
 
-def table_versions(root: Path) -> dict[str, int]:
+def table_versions(root: Path | str) -> dict[str, int]:
     """Latest version of every Delta table under ``root`` (its highest ``_delta_log/<n>.json``)."""
+    if isinstance(root, str):
+        return _store_versions(root)
     out: dict[str, int] = {}
     for directory, subdirs, _ in os.walk(root):
         if "_delta_log" in subdirs:
@@ -91,6 +98,25 @@ def table_versions(root: Path) -> dict[str, int]:
                 out[str(Path(directory).relative_to(root))] = max(commits)
             subdirs.clear()  # a table's data directories hold no other tables
     return out
+
+
+def _store_versions(root: str) -> dict[str, int]:
+    """:func:`table_versions` of a lakehouse on an object store, listed by the store's own endpoint
+    (``STORE_DIRECT``: not through the counting proxy, so the benchmark's listings are not counted)."""
+    from pipelines.runtime.storage import S3Settings, split_uri
+
+    client = S3Settings.resolve({}, {**os.environ, "AWS_ENDPOINT_URL": STORE_DIRECT or ""}).client()
+    bucket, prefix = split_uri(root)
+    out: dict[str, int] = {}
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}/"):
+        for obj in page.get("Contents", []):
+            table, _, name = obj["Key"][len(prefix) + 1 :].partition("/_delta_log/")
+            if (m := _COMMIT.match(name)) and "/" not in name:
+                out[table] = max(out.get(table, -1), int(m.group(1)))
+    return out
+
+
+STORE_DIRECT: str | None = None  # the store's endpoint behind the counting proxy
 
 
 def commits_between(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
@@ -228,13 +254,17 @@ def stage_numbers(stage: str, details: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def run_once(ctx: Context, label: str, stages: list[str], root: Path, memory: Memory) -> dict[str, Any]:
+def run_once(
+    ctx: Context, label: str, stages: list[str], root: Path | str, memory: Memory, proxy: Any = None
+) -> dict[str, Any]:
     """The job's stages one by one (``run_job`` per stage), each in its own Spark job group."""
     sc = ctx.spark.sparkContext
     tracker = sc.statusTracker()
     outside = set(tracker.getJobIdsForGroup(None))
     first = table_versions(root)
     memory.take()
+    if proxy is not None:
+        proxy.reset_counts()
     out: dict[str, Any] = {"run": label, "stages": {}}
     try:
         for stage in stages:
@@ -268,6 +298,8 @@ def run_once(ctx: Context, label: str, stages: list[str], root: Path, memory: Me
     out["spark_jobs_outside_groups"] = len(set(tracker.getJobIdsForGroup(None)) - outside)
     out["spark_jobs"] = sum(s["spark_jobs"] for s in stage_list) + out["spark_jobs_outside_groups"]
     out["peak_rss_mib"] = memory.take()
+    if proxy is not None:
+        out["store_requests"] = dict(sorted(proxy.requests.items())) | {"total": sum(proxy.requests.values())}
     return out
 
 
@@ -317,6 +349,14 @@ def print_report(result: dict[str, Any]) -> None:
             print(_row([f"{stage}: {step}", *(r["stages"][stage]["steps"].get(step) for r in runs)]))
     hwm = result["peak_rss_mib"]
     print(f"\npeak RSS over each process's life (VmHWM): driver {_n(hwm['driver'])} MiB, JVM {_n(hwm['jvm'])} MiB")
+    if any("store_requests" in r for r in runs):
+        methods = sorted({m for r in runs for m in r.get("store_requests", {})} - {"total"})
+        print(f"\nlakehouse root {result['root']}: requests to the store per run\n")
+        print(_row(["run", *methods, "total"]))
+        print("|---|" + "---:|" * (len(methods) + 1))
+        for r in runs:
+            reqs = r.get("store_requests", {})
+            print(_row([r["run"], *(reqs.get(m, 0) for m in methods), reqs.get("total", 0)]))
 
 
 # -- main -----------------------------------------------------------------------------------------------
@@ -333,7 +373,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--json", type=Path, help="write every number here as JSON")
     ap.add_argument("--workdir", type=Path, help="keep the source copy and the lakehouse here (default: a temp dir)")
+    ap.add_argument(
+        "--root", help="lakehouse root on an object store (s3a://bucket/prefix; emptied first); default: in --workdir"
+    )
+    ap.add_argument(
+        "--count-requests", action="store_true", help="with --root: count the requests to the store per run"
+    )
     args = ap.parse_args(argv)
+    if args.count_requests and not (args.root and "://" in args.root):
+        ap.error("--count-requests needs --root on an object store")
     if not 0 < args.increment_percent < 100:
         ap.error("--increment-percent must be between 0 and 100")
     conf = dict(kv.split("=", 1) for kv in args.spark_conf)
@@ -358,7 +406,11 @@ def _bench(args: argparse.Namespace, conf: dict[str, str], logs: Path, work: Pat
         file=sys.stderr,
     )
     stages = [*DATA_STAGES, "quality"] if args.quality else list(DATA_STAGES)
-    root = work / "lakehouse"
+    root: Path | str = work / "lakehouse"
+    proxy = None
+    if args.root:
+        root = args.root.rstrip("/")
+        proxy = _store_root(root, args.count_requests)
     write_jobs(work / "jobs.yaml", root, split.source, stages, conf)
     load_start = load_average()
     wrong: dict[str, list[str]] = {}
@@ -371,7 +423,7 @@ def _bench(args: argparse.Namespace, conf: dict[str, str], logs: Path, work: Pat
         for label in RUNS:
             if label == "increment":
                 split.grow()
-            runs.append(run_once(ctx, label, stages, root, memory))
+            runs.append(run_once(ctx, label, stages, root, memory, proxy))
             if label != "initial":
                 wrong[label] = gold_differences(spark, ctx.tables, logs / "expected-state.json")
         hwm = memory.high_water_marks()
@@ -390,6 +442,7 @@ def _bench(args: argparse.Namespace, conf: dict[str, str], logs: Path, work: Pat
         "stages": stages,
         "spark_version": spark.version,
         "master": spark.sparkContext.master,
+        "root": str(root),
         "cores": os.cpu_count(),
         "spark_start_s": spark_start,
         "load_average": {"start": load_start, "end": load_average()},
@@ -414,6 +467,31 @@ def _bench(args: argparse.Namespace, conf: dict[str, str], logs: Path, work: Pat
         return 1
     print("gold equals the generator's expected state after the increment and after the no-op run")
     return 0
+
+
+def _store_root(root: str, count: bool) -> Any:
+    """Empty the object-store lakehouse at ``root``; with ``count``, start a counting proxy in front
+    of the store and point this process at it (returned; None otherwise)."""
+    global STORE_DIRECT
+    from pipelines.runtime.storage import S3Settings, split_uri
+
+    STORE_DIRECT = os.environ.get("AWS_ENDPOINT_URL")
+    client = S3Settings.resolve({}).client()
+    bucket, prefix = split_uri(root)
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}/"):
+        keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+        for i in range(0, len(keys), 1000):
+            client.delete_objects(Bucket=bucket, Delete={"Objects": keys[i : i + 1000]})
+    if not count:
+        return None
+    if not STORE_DIRECT:
+        sys.exit("--count-requests needs AWS_ENDPOINT_URL (a store on this network)")
+    from tests.support.store import StoreProxy
+
+    _host, _, port = STORE_DIRECT.rpartition(":")
+    proxy = StoreProxy(int(port.rstrip("/")))
+    os.environ["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{proxy.port}"
+    return proxy
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ __all__ = [
     "OffsetsLakehouseError",
     "SourceNotFound",
     "SourceUnavailable",
+    "StageBusy",
     "StageUnavailable",
     "StoreError",
     "UnsupportedTable",
@@ -75,3 +76,8 @@ class UnsupportedTable(OffsetsLakehouseError, RuntimeError):
 class StoreError(OffsetsLakehouseError, RuntimeError):
     """The object store holding the lakehouse could not be reached, or refused a request (exit
     code 1: a later run, with the store back, continues where this one stopped)."""
+
+
+class StageBusy(OffsetsLakehouseError, RuntimeError):
+    """A lakehouse-wide stage (silver, gold, quality) stayed held by another run for longer than
+    this run waits for it (exit code 1: the next run goes on where both left off)."""

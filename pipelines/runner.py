@@ -7,6 +7,7 @@ the quality suites run between them (:func:`quality_checkpoints`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -28,8 +29,17 @@ from pipelines.gold.build import run_gold
 from pipelines.quality.stage import partition_counts, run_quality
 from pipelines.quality.suites import LAYERS, check_job_overrides
 from pipelines.runtime import lake
-from pipelines.runtime.config import STAGES, Job, JobsFile, QualitySettings, find_job, load, resolve_root
-from pipelines.runtime.lock import new_run_id
+from pipelines.runtime.config import (
+    STAGES,
+    Job,
+    JobsFile,
+    QualitySettings,
+    find_job,
+    load,
+    resolve_lock_dir,
+    resolve_root,
+)
+from pipelines.runtime.lock import new_run_id, stage_lock
 from pipelines.runtime.spark import build_session
 from pipelines.runtime.storage import S3Settings, is_object_store
 from pipelines.runtime.tables import Tables
@@ -41,6 +51,8 @@ from pipelines.truth import load as load_truth
 log = logging.getLogger("offsets_lakehouse")
 
 QUALITY_FAILED = "quality_failed"
+# stages that work on the whole lakehouse, whichever job runs them: one at a time (runtime/lock.py)
+LAKEHOUSE_STAGES = ("silver", "gold")
 
 
 @dataclass
@@ -125,6 +137,19 @@ class Context:
         self._spark: SparkSession | None = None
         self._tables: Tables | None = None
 
+    def stage_lock(self, stage: str, run_id: str) -> contextlib.AbstractContextManager[Any]:
+        """The lakehouse-wide lock of a silver, gold or quality stage (runtime/lock.py)."""
+        lh = self.config.lakehouse
+        return stage_lock(
+            self.root,
+            stage,
+            run_id,
+            resolve_lock_dir(self.config, self.base_dir),
+            self.store,
+            lh.lock_lease_seconds,
+            lh.stage_wait_minutes * 60,
+        )
+
     def job(self, name: str) -> Job:
         """The job called ``name``; a configuration error naming the known ones when there is none."""
         return find_job(self.config, self.config_path, name)
@@ -205,7 +230,8 @@ def run_job(
         _quality(ctx, job_name, report, None)
         return report
     for stage in data_stages:
-        with recorded_stage(ctx, report, stage) as sr:
+        exclusive = ctx.stage_lock(stage, report.run_id) if stage in LAKEHOUSE_STAGES else contextlib.nullcontext()
+        with exclusive, recorded_stage(ctx, report, stage) as sr:
             sr.details = lake.retry_conflicts(
                 stage,
                 lambda stage=stage: DATA_STAGES[stage].run(ctx, job.sources, report.run_id, full_refresh),
@@ -240,7 +266,7 @@ def _quality(
     job = ctx.config.jobs.get(job_name) if job_name else None
     settings = job.quality if job else QualitySettings()
     sources = job.sources if job else list(ctx.config.sources)
-    with recorded_stage(ctx, report, "quality") as sr:
+    with ctx.stage_lock("quality", report.run_id), recorded_stage(ctx, report, "quality") as sr:
         log.info("quality: %s suites%s", "/".join(layers or LAYERS), f" after {after}" if after else "")
         result = lake.retry_conflicts(
             "quality",
@@ -389,7 +415,7 @@ def redecode_job(ctx: Context, job_name: str, run_id: str | None = None) -> RunR
     """Decode the job's quarantine again (after an upgrade); recorded as a silver stage run."""
     ctx.job(job_name)
     report = RunReport.start(job_name, run_id)
-    with recorded_stage(ctx, report, "silver") as sr:
+    with ctx.stage_lock("silver", report.run_id), recorded_stage(ctx, report, "silver") as sr:
         result = lake.retry_conflicts(
             "redecode", lambda: redecode_quarantine(ctx.spark, ctx.tables, report.run_id), retried=sr.conflicts.append
         )

@@ -15,8 +15,12 @@ back by the encoder.
 
 from __future__ import annotations
 
+import hashlib
 import re
+import shutil
 import struct as _struct
+import tempfile
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,12 +44,40 @@ def snake(name: str) -> str:
 
 
 def schemas_dir() -> Path:
-    """``schemas/`` of the source tree, or its copy inside an installed wheel."""
+    """``schemas/`` of the source tree, or its copy inside an installed wheel, or — the package
+    imported from a zip, as a cluster's executors import the one the driver ships
+    (runtime/spark.py) — its copy in the zip, extracted once per zip."""
     here = Path(__file__).resolve()
     for candidate in (here.parents[1] / "_schemas", here.parents[2] / "schemas"):
         if (candidate / "records").is_dir():
             return candidate
+    archive = next((p for p in here.parents if p.suffix == ".zip" and p.is_file()), None)
+    if archive is not None:
+        return _extracted_schemas(archive)
     raise FileNotFoundError("schemas/records not found next to the pipelines package")
+
+
+def _extracted_schemas(archive: Path) -> Path:
+    """``pipelines/_schemas/`` of the zip ``archive`` as a directory (made atomically: the Python
+    workers of one executor may ask at once)."""
+    stat = archive.stat()
+    digest = hashlib.sha1(f"{archive}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+    target = Path(tempfile.gettempdir()) / f"offsets-lakehouse-schemas-{digest}"
+    if (target / "records").is_dir():
+        return target
+    staging = Path(tempfile.mkdtemp(prefix=target.name + "-", dir=target.parent))
+    prefix = "pipelines/_schemas/"
+    with zipfile.ZipFile(archive) as zf:
+        for name in zf.namelist():
+            if name.startswith(prefix) and not name.endswith("/"):
+                out = staging / name[len(prefix) :]
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_bytes(zf.read(name))
+    try:
+        staging.rename(target)
+    except OSError:  # another worker was first: its copy is the same
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
 
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml where built in: ~10x faster

@@ -57,6 +57,12 @@ class Lakehouse(_Model):
         description="object-store roots: a job's lease lapses this long after its holder last renewed it "
         "(every quarter of it); a run on another host may then take it over",
     )
+    stage_wait_minutes: float = Field(
+        60.0,
+        gt=0,
+        description="how long a run waits for another run's silver, gold or quality stage on the same "
+        "lakehouse (one at a time, docs/operations.md) before it fails",
+    )
 
 
 class SparkSettings(_Model):

@@ -37,7 +37,7 @@ from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
 
-from pipelines.errors import JobRunning, StoreError
+from pipelines.errors import JobRunning, StageBusy, StoreError
 from pipelines.runtime.config import find_job, load, resolve_lock_dir, resolve_root
 from pipelines.runtime.storage import S3Settings, check_conditional_writes, is_object_store, split_uri
 
@@ -49,6 +49,7 @@ __all__ = [
     "lock_configured_job",
     "lock_path",
     "new_run_id",
+    "stage_lock",
     "stop_run",
 ]
 
@@ -102,9 +103,9 @@ def _read_holder(fd: int) -> Holder | None:
 
 
 @contextmanager
-def hold(path: Path, job: str, run_id: str) -> Iterator[Holder]:
+def hold(path: Path, job: str, run_id: str, what: str | None = None) -> Iterator[Holder]:
     """Hold the lock file ``path`` for ``job`` while the block runs; :class:`JobRunning` (exit
-    code 4) naming the holder when another process holds it."""
+    code 4) naming the holder when another process holds it (``what`` is running: "job JOB")."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # no O_TRUNC: the holder's info is read by others
     try:
@@ -115,7 +116,7 @@ def hold(path: Path, job: str, run_id: str) -> Iterator[Holder]:
                 raise
             other = _read_holder(fd)
             who = other.describe() if other else "holder not yet recorded"
-            raise JobRunning(f"job {job} is already running ({who}); lock {path}") from None
+            raise JobRunning(f"{what or f'job {job}'} is already running ({who}); lock {path}") from None
         left = _read_holder(fd)
         if left is not None:
             state = {False: "no longer running", None: "on another host", True: "alive but not holding it"}
@@ -212,7 +213,7 @@ class _Lease:
             holder, seconds = None, 0.0  # released (empty), or not ours
         return got["ETag"], holder, age, seconds
 
-    def acquire(self, job: str) -> None:
+    def acquire(self, job: str, what: str | None = None) -> None:
         for _ in range(5):
             if self.put(IfNoneMatch="*"):
                 return
@@ -224,7 +225,7 @@ class _Lease:
             dead = holder is not None and holder.host == self.me.host and holder.alive() is False
             if holder is not None and age <= seconds and not dead:
                 raise JobRunning(
-                    f"job {job} is already running ({holder.describe()}; lease renewed {age:.0f} s ago, "
+                    f"{what or f'job {job}'} is already running ({holder.describe()}; lease renewed {age:.0f} s ago, "
                     f"lapses after {seconds:.0f} s without renewal); lock {self.uri}"
                 )
             if self.put(IfMatch=etag):
@@ -295,13 +296,14 @@ def lease(
     run_id: str,
     seconds: float,
     on_lost: Callable[[str], None] = stop_run,
+    what: str | None = None,
 ) -> Iterator[Holder]:
     """Hold the lease at ``uri`` (``s3://bucket/key``) for ``job`` while the block runs:
     :class:`JobRunning` (exit code 4) naming the holder when a live run holds it."""
     bucket, key = split_uri(uri)
     me = Holder(os.getpid(), socket.gethostname(), run_id, f"{datetime.now(timezone.utc):%Y-%m-%dT%H:%M:%SZ}")
     held = _Lease(client, bucket, key, me, seconds)
-    held.acquire(job)
+    held.acquire(job, what)
     renewer = _Renewer(held, on_lost)
     renewer.start()
     try:
@@ -310,6 +312,37 @@ def lease(
         renewer.stopped.set()
         renewer.join()
         held.release()
+
+
+def _lock_place(root: str, name: str, lock_dir: str | Path | None) -> Path | str:
+    """Where the lock called ``name`` lives: a local file, or (object-store root, no ``lock_dir``)
+    the URI of its lease object."""
+    if lock_dir is not None or not is_object_store(root):
+        return lock_path(root, name, lock_dir)
+    bucket, prefix = split_uri(root)
+    return f"s3://{bucket}/{prefix}/_locks/{name}.lock" if prefix else f"s3://{bucket}/_locks/{name}.lock"
+
+
+@contextmanager
+def _held(
+    root: str,
+    name: str,
+    run_id: str,
+    lock_dir: str | Path | None,
+    store: S3Settings | None,
+    lease_seconds: float,
+    what: str,
+) -> Iterator[Holder]:
+    place = _lock_place(root, name, lock_dir)
+    if isinstance(place, Path):
+        with hold(place, name, run_id, what) as me:
+            yield me
+        return
+    client = (store or S3Settings.resolve({})).client()
+    bucket, prefix = split_uri(root)
+    check_conditional_writes(client, bucket, prefix)
+    with lease(client, place, name, run_id, lease_seconds, what=what) as me:
+        yield me
 
 
 @contextmanager
@@ -323,16 +356,44 @@ def job_lock(
 ) -> Iterator[Holder]:
     """Hold the lock of ``job`` of the lakehouse at ``root``: a file (:func:`hold`, see
     :func:`lock_path`) for a local root or a given ``lock_dir``, else a :func:`lease` in the store."""
-    if lock_dir is not None or not is_object_store(root):
-        with hold(lock_path(root, job, lock_dir), job, run_id) as me:
-            yield me
-        return
-    store = store or S3Settings.resolve({})
-    client = store.client()
-    bucket, prefix = split_uri(root)
-    check_conditional_writes(client, bucket, prefix)
-    uri = f"s3://{bucket}/{prefix}/_locks/{job}.lock" if prefix else f"s3://{bucket}/_locks/{job}.lock"
-    with lease(client, uri, job, run_id, lease_seconds) as me:
+    with _held(root, job, run_id, lock_dir, store, lease_seconds, f"job {job}") as me:
+        yield me
+
+
+@contextmanager
+def stage_lock(
+    root: str,
+    stage: str,
+    run_id: str,
+    lock_dir: str | Path | None = None,
+    store: S3Settings | None = None,
+    lease_seconds: float = 60.0,
+    wait_seconds: float = 3600.0,
+    poll_seconds: float = 2.0,
+) -> Iterator[Holder]:
+    """One ``stage`` (silver, gold, quality) at a time in the lakehouse at ``root``, whatever job
+    and host runs it: these stages work on the whole lakehouse — silver decodes every bronze row
+    not yet decoded, gold replays every new silver event, quality validates every table — so two
+    at once would do the same work twice (and silver would append it twice). A second run waits
+    for the first one's stage to end (it then finds little left to do), at most ``wait_seconds``;
+    the lock is the job lock's kind (``<root>/_locks/stage-<stage>.lock``)."""
+    what = f"the {stage} stage of another run"
+    deadline = time.monotonic() + wait_seconds
+    waiting = False
+    with contextlib.ExitStack() as stack:
+        while True:
+            try:  # only taking the lock is retried, never the work under it
+                me = stack.enter_context(_held(root, f"stage-{stage}", run_id, lock_dir, store, lease_seconds, what))
+                break
+            except JobRunning as busy:
+                if time.monotonic() > deadline:
+                    raise StageBusy(f"{busy} for more than {wait_seconds:.0f} s") from None
+                if not waiting:
+                    log.info("%s: waiting: %s", stage, busy)
+                    waiting = True
+                time.sleep(poll_seconds)
+        if waiting:
+            log.info("%s: the other run's %s stage ended; going on", stage, stage)
         yield me
 
 

@@ -178,7 +178,7 @@ def test_report_for_all_groups(lakehouse) -> None:
     from pipelines.runner import Context
 
     config, gen = lakehouse
-    index = build_report(Context(config), config.parent / "report-all")
+    index = Path(build_report(Context(config), config.parent / "report-all"))
     sections = rendered(index)
     timed = [e for e in gen.events if gen.log_time(e) is not None]
     rebalances = Counter(day(e["ts"]) for e in timed if e["event"] in ("rebalance", "empty"))

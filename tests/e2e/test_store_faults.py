@@ -138,7 +138,9 @@ def test_the_store_gone_mid_commit_fails_the_run_and_the_next_run_completes(
             for proxy in proxies.values():
                 proxy.up()  # the store is back
             after = {
-                point: pool.submit(run, store, configs[point.replace(".", "-")], f"http://127.0.0.1:{proxies[point].port}")
+                point: pool.submit(
+                    run, store, configs[point.replace(".", "-")], f"http://127.0.0.1:{proxies[point].port}"
+                )
                 for point in POINTS
             }
             for point, future in after.items():

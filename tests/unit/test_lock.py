@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -132,3 +133,53 @@ jobs:
 """)
     with lock_configured_job(config, "demo", "run-s3") as me:
         assert json.loads((tmp_path / "run/locks/demo.lock").read_text())["run_id"] == me.run_id == "run-s3"
+
+
+def test_a_stage_lock_makes_the_second_run_wait_for_the_first(tmp_path: Path, caplog) -> None:
+    """Lakehouse-wide stages run one at a time: the second run of silver waits until the first
+    one's silver ends, then runs (it is not refused)."""
+    from pipelines.runtime.lock import stage_lock
+
+    root = str(tmp_path / "lh")
+    order: list[str] = []
+    first_in = threading.Event()
+    release_first = threading.Event()
+
+    def first() -> None:
+        with stage_lock(root, "silver", "run-1", poll_seconds=0.05):
+            order.append("first in")
+            first_in.set()
+            release_first.wait(10)
+            order.append("first out")
+
+    t = threading.Thread(target=first)
+    t.start()
+    assert first_in.wait(10)
+    caplog.set_level(logging.INFO, logger="offsets_lakehouse")
+    threading.Timer(0.5, release_first.set).start()
+    with stage_lock(root, "silver", "run-2", poll_seconds=0.05):
+        order.append("second in")
+    t.join()
+    assert order == ["first in", "first out", "second in"]
+    waited = [r.getMessage() for r in caplog.records if "waiting" in r.getMessage()]
+    assert len(waited) == 1 and "the silver stage of another run is already running" in waited[0]
+    assert "run run-1" in waited[0]
+
+
+def test_a_stage_lock_gives_up_after_its_wait_and_never_retries_the_work(tmp_path: Path) -> None:
+    from pipelines.errors import StageBusy
+    from pipelines.runtime.lock import stage_lock
+
+    root = str(tmp_path / "lh")
+    with (
+        stage_lock(root, "gold", "run-1"),
+        pytest.raises(StageBusy, match="the gold stage of another run is already running"),
+        stage_lock(root, "gold", "run-2", wait_seconds=0.3, poll_seconds=0.05),
+    ):
+        pytest.fail("the lock was held")
+    calls = []
+    # a JobRunning from the work itself is the work's, not a wait
+    with pytest.raises(JobRunning), stage_lock(root, "gold", "run-3"):
+        calls.append(1)
+        raise JobRunning("from inside")
+    assert calls == [1]
