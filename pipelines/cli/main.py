@@ -12,6 +12,7 @@ import csv
 import json
 import logging
 import logging.handlers
+import os
 import re
 import shlex
 import sys
@@ -204,6 +205,8 @@ def error_message(exc: BaseException) -> str:
     text = str(exc).strip()
     if isinstance(exc, ConfigError):
         return text or type(exc).__name__
+    if unreachable := _store_unreachable(text):
+        return unreachable
     if _PY_TRACEBACK in text:
         # the exception line of the last traceback: its first unindented line
         for line in text.rsplit(_PY_TRACEBACK, 1)[1].splitlines():
@@ -214,6 +217,30 @@ def error_message(exc: BaseException) -> str:
     if len(lines) > 1 and lines[0].startswith("An error occurred while calling"):
         return lines[1].lstrip(": ")  # py4j: the Java exception is on the second line
     return lines[0] if lines else type(exc).__name__
+
+
+# what S3A (the AWS SDK), delta-rs and pyarrow say when the object store does not answer
+_CONNECT = re.compile(
+    r"(?:Connect to |request for url \(https?://|Error performing \w+ https?://)(?P<host>[\w.\-]+:\d+)"
+    r".{0,600}?(?P<why>Connection refused|timed out|Connection reset|No route to host)"
+    r"|NETWORK_CONNECTION.{0,300}?(?P<why2>Couldn't connect to server|Connection refused|timed out)",
+    re.S,
+)
+_WHERE = re.compile(r"(?P<uri>s3a?://[^\s:;,)]+)")
+
+
+def _store_unreachable(text: str) -> str | None:
+    """One line for an object store that could not be reached, whichever client said so, or None."""
+    m = _CONNECT.search(re.sub(r"\x1b\[[0-9;]*m", "", text))
+    if m is None:
+        return None
+    host = m.group("host") or os.environ.get("AWS_ENDPOINT_URL", "").split("://")[-1] or "its endpoint"
+    where = _WHERE.search(text)
+    at = f" (at {where.group('uri')})" if where else ""
+    return (
+        f"the object store at {host} could not be reached: {m.group('why') or m.group('why2')}{at}. "
+        "Nothing half-written was committed; run the job again when the store answers (docs/object-storage.md)"
+    )
 
 
 @contextmanager

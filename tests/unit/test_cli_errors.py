@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from pipelines.cli.main import error_message
+
 CLI = [sys.executable, "-m", "pipelines.cli.main"]
 EXIT_CONFIG = 2  # docs/cli.md
 
@@ -119,3 +121,25 @@ def test_verbose_shows_the_traceback(tmp_path: Path, case: str) -> None:
     assert "Traceback (most recent call last):" in loud.stderr
     # the same one-line message closes the verbose output
     assert error_lines(loud)[-1] == error_lines(quiet)[-1]
+
+
+@pytest.mark.parametrize(
+    ("said", "host"),
+    [
+        (  # S3A, through py4j
+            "An error occurred while calling o1.save.\n: java.net.ConnectException: getFileStatus on "
+            "s3a://lh/bronze/offsets_records/_delta_log: software.amazon.awssdk.core.exception.SdkClientException: "
+            "Unable to execute HTTP request: Connect to 127.0.0.1:54087 [/127.0.0.1] failed: Connection refused",
+            "127.0.0.1:54087",
+        ),
+        (  # delta-rs (object_store), with its colours
+            "Generic S3 error\n  \x1b[31m↳\x1b[0m Error performing PUT http://store:9000/lh/_delta_log/1.json - "
+            "HTTP error\n error sending request\n client error (Connect)\n tcp connect error: Connection refused",
+            "store:9000",
+        ),
+    ],
+)
+def test_an_unreachable_store_is_one_line_naming_it(said: str, host: str) -> None:
+    line = error_message(RuntimeError(said))
+    assert line.startswith(f"the object store at {host} could not be reached: Connection refused")
+    assert "\n" not in line and "\x1b" not in line and "run the job again when the store answers" in line
