@@ -45,6 +45,8 @@ _LONGEST_FIRST = (
     "test_fault_points_silver",
     "test_silver_crash",
     "test_report_browser",
+    # spark: the object store module runs several jobs on the store
+    "test_object_store",
     # spark: serve builds the shared lakehouse that the analyst guide and status read
     "test_serve",
     "test_silver_generated",

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.e2e.fault_cases import Template, Uninterrupted, build_template, build_uninterrupted
-from tests.spark.conftest import spark  # noqa: F401
+from tests.spark.conftest import spark, tier_store  # noqa: F401
 from tests.support.build_once import assert_unchanged, build_once
 
 

@@ -1,3 +1,3 @@
 """The long tier reuses the spark tier's session fixture."""
 
-from tests.spark.conftest import spark  # noqa: F401
+from tests.spark.conftest import spark, tier_store  # noqa: F401

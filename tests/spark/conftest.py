@@ -1,7 +1,13 @@
-"""One local Spark session for the whole spark tier; each test gets its own lakehouse root."""
+"""One local Spark session for the whole spark tier; each test gets its own lakehouse root.
+
+The session starts after the tier's object store (moto's S3 server behind a proxy,
+tests/support/store.py), with its settings, as `offsets-lakehouse run` starts on a store: jobs
+whose lakehouse or sources are on it run in this process (its Python workers inherit the store's
+environment). Tests that need a store of their own start one."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -9,11 +15,21 @@ import pytest
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator:
+def tier_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    from tests.support.store import moto_store
+
+    with moto_store(tmp_path_factory.mktemp("tier-store")) as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def spark(tier_store) -> Iterator:
     from pipelines.runtime.config import SparkSettings
     from pipelines.runtime.spark import build_session
+    from pipelines.runtime.storage import S3Settings
     from tests.support.jvm import INTERPRETED_CONF, TIER_SESSION_JAVA_OPTIONS
 
+    os.environ.update(tier_store.env())
     session = build_session(
         SparkSettings(
             master="local[2]",
@@ -26,7 +42,8 @@ def spark() -> Iterator:
                 "spark.driver.extraJavaOptions": TIER_SESSION_JAVA_OPTIONS,
                 **INTERPRETED_CONF,
             },
-        )
+        ),
+        store=S3Settings.resolve({}),
     )
     yield session
     session.stop()

@@ -1,5 +1,6 @@
 """The lakehouse on an S3-compatible object store (docs/object-storage.md), against moto's S3
-server on loopback behind a proxy (tests/support/store.py).
+server on loopback behind a proxy (tests/support/store.py): the tier's store, whose settings this
+tier's Spark session started with, as a job's does.
 
 A job whose root is ``s3a://`` and whose segment files are on the store too: a first run, an
 increment, a no-op run, gold equal to the reference replay of what was read after each; the
@@ -17,47 +18,32 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from pyspark.sql import SparkSession
 
 from bench.common import gold_differences, split_log
 from pipelines.cli.main import cli
 from pipelines.generate import generate
 from pipelines.reference.replay import replay_paths
+from pipelines.runner import Context, run_job
 from pipelines.runtime import lake
 from pipelines.runtime.tables import Tables, load_specs
 from tests.support.jvm import SHORT_RUN_YAML
 from tests.support.rows import sorted_rows, spark_rows
-from tests.support.store import Store, moto_store, session_conf
+from tests.support.store import Store
 
 REPO = Path(__file__).resolve().parents[2]
 BUCKET = "lakehouse"
 
 
 @pytest.fixture(scope="module")
-def store(spark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
-    """The store, with this tier's session (started before it) and this process pointed at it."""
-    with moto_store(tmp_path_factory.mktemp("store")) as running:
-        running.bucket(BUCKET)
-        hadoop = spark.sparkContext._jsc.hadoopConfiguration()
-        settings = session_conf(running, BUCKET)
-        for key, value in settings.items():
-            hadoop.set(key, value)
-        saved = {k: os.environ.get(k) for k in running.env()}
-        os.environ.update(running.env())
-        try:
-            yield running
-        finally:
-            for key in settings:
-                hadoop.unset(key)
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
+def store(tier_store: Store) -> Store:
+    """The tier's store (this tier's session started with its settings, tests/spark/conftest.py)."""
+    tier_store.bucket(BUCKET)
+    return tier_store
 
 
 def jobs_yaml(path: Path, root: str, logs: str) -> Path:
@@ -76,18 +62,12 @@ jobs:
 
 
 def run(config: Path, job: str = "j") -> None:
-    """``offsets-lakehouse run`` in a process of its own: its Spark starts with the store's settings
-    in its environment, as in production (this tier's session started before the store)."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "pipelines.cli.main", "run", job, "-c", str(config), "--json"],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert json.loads(proc.stdout)["status"] == "ok"
+    """The job in this process, as `offsets-lakehouse run` would run it: this tier's session
+    started with the store's settings in its environment (tests/spark/conftest.py)."""
+    for db in ("bronze", "silver", "gold", "quality"):  # names follow this job's root
+        SparkSession.getActiveSession().sql(f"DROP SCHEMA IF EXISTS {db} CASCADE")
+    report = run_job(Context(config), job)
+    assert report.status == "ok", report.to_json()
 
 
 def gold_versions(spark, tables: Tables) -> dict[str, int | None]:
@@ -258,7 +238,7 @@ def test_a_commit_whose_answer_was_lost_is_committed_once(spark, store: Store) -
     assert store.proxy.lost == ["PUT /" + BUCKET + "/lost-answer/table/_delta_log/00000000000000000001.json"]
     assert sorted(r[0] for r in spark.read.format("delta").load(path).collect()) == [0, 1]
     assert lake.version(spark, path) == 1  # one commit, not a second copy at version 2
-    store.proxy.lost.clear()
+    store.proxy.reset_counts()
 
 
 def test_delta_rs_fails_rather_than_commits_twice_when_an_answer_is_lost(spark, store: Store) -> None:
@@ -278,7 +258,7 @@ def test_delta_rs_fails_rather_than_commits_twice_when_an_answer_is_lost(spark, 
     with pytest.raises(OSError):
         lake.write_arrow(pa.table({"i": [1]}), path)
     assert len(store.proxy.lost) == 1
-    store.proxy.lost.clear()
+    store.proxy.reset_counts()
     assert sorted(r[0] for r in spark.read.format("delta").load(path).collect()) == [0, 1]
     assert lake.version(spark, path) == 2
     assert sorted(r["i"] for r in lake.changes(spark, path, 1, 2).collect()) == [0, 1]  # each row inserted once

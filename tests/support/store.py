@@ -17,6 +17,7 @@ answering: the store is gone at exactly that point of the run (pipelines/runtime
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -51,26 +52,24 @@ def _wait_listening(port: int, proc: subprocess.Popen[bytes] | None = None, time
     raise TimeoutError(f"nothing listens on 127.0.0.1:{port}")
 
 
-class StoreProxy:
-    """A TCP proxy in front of the store: forwards bytes both ways, can be cut and restored."""
+class _Relay:
+    """The proxy's work, in a process of its own (:func:`_relay_main`): forwards bytes both ways,
+    can be cut and restored, loses one answer on cue, counts requests."""
 
-    def __init__(self, target_port: int) -> None:
-        self.target_port = target_port
-        self.port = free_port()
+    def __init__(self, target_port: int, port: int, hook_port: int) -> None:
+        self.target_port, self.port = target_port, port
         self.requests: Counter[str] = Counter()
         self.paths: list[tuple[str, str]] = []
+        self.lost: list[str] = []
+        self.hooked: list[str] = []
         self._lock = threading.Lock()
         self._conns: set[socket.socket] = set()
         self._listener: socket.socket | None = None
         self._lose: re.Pattern[bytes] | None = None
-        self.lost: list[str] = []
-        self.hook_port = free_port()
-        self.hooked: list[str] = []
-        self._hook = socket.create_server(("127.0.0.1", self.hook_port))
+        self._hook = socket.create_server(("127.0.0.1", hook_port))
         threading.Thread(target=self._serve_hook, daemon=True).start()
         self.up()
 
-    # -- cutting and restoring --------------------------------------------------------------------
     def up(self) -> None:
         if self._listener is not None:
             return
@@ -79,7 +78,6 @@ class StoreProxy:
         threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
 
     def down(self) -> None:
-        """Refuse new connections and reset the open ones: the store is gone."""
         listener, self._listener = self._listener, None
         if listener is not None:
             with contextlib.suppress(OSError):
@@ -92,17 +90,24 @@ class StoreProxy:
                 conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
                 conn.close()
 
-    def lose_answer(self, path_pattern: str) -> None:
-        """The next request whose path matches ``path_pattern`` reaches the store, but its answer
-        is lost: the client's connection is closed instead (the client then retries)."""
-        self._lose = re.compile(path_pattern.encode())
+    def command(self, line: str) -> Any:
+        verb, _, arg = line.partition(" ")
+        if verb == "up":
+            self.up()
+        elif verb == "down":
+            self.down()
+        elif verb == "lose":
+            self._lose = re.compile(arg.encode())
+        elif verb == "reset":
+            with self._lock:
+                self.requests.clear()
+                self.paths.clear()
+                self.lost.clear()
+        elif verb == "state":
+            with self._lock:
+                return {"requests": dict(self.requests), "paths": self.paths, "lost": self.lost, "hooked": self.hooked}
+        return None
 
-    def reset_counts(self) -> None:
-        with self._lock:
-            self.requests.clear()
-            self.paths.clear()
-
-    # -- forwarding ---------------------------------------------------------------------------------
     def _accept(self, listener: socket.socket) -> None:
         while True:
             try:
@@ -171,9 +176,82 @@ class StoreProxy:
                 self.down()
                 conn.sendall(b"ok\n")
 
+
+def _relay_main(target_port: int, port: int, hook_port: int, control_port: int) -> None:
+    relay = _Relay(target_port, port, hook_port)
+    with socket.create_server(("127.0.0.1", control_port)) as control:
+        while True:
+            conn, _ = control.accept()
+            with conn, conn.makefile("rw") as stream:
+                for line in stream:
+                    stream.write(json.dumps(relay.command(line.strip())) + "\n")
+                    stream.flush()
+
+
+class StoreProxy:
+    """A TCP proxy in front of the store, in a process of its own: a process that both runs a
+    client of the store and holds Python's GIL while it waits on it (delta-rs reading a change
+    feed does) would otherwise stop the proxy's threads, and itself."""
+
+    def __init__(self, target_port: int) -> None:
+        import multiprocessing
+
+        self.target_port = target_port
+        self.port, self.hook_port, control_port = free_port(), free_port(), free_port()
+        self._process = multiprocessing.get_context("spawn").Process(
+            target=_relay_main, args=(target_port, self.port, self.hook_port, control_port), daemon=True
+        )
+        self._process.start()
+        _wait_listening(control_port)
+        self._control = socket.create_connection(("127.0.0.1", control_port))
+        self._stream = self._control.makefile("rw")
+
+    def _ask(self, line: str) -> Any:
+        self._stream.write(line + "\n")
+        self._stream.flush()
+        return json.loads(self._stream.readline())
+
+    def up(self) -> None:
+        self._ask("up")
+
+    def down(self) -> None:
+        """Refuse new connections and reset the open ones: the store is gone."""
+        self._ask("down")
+
+    def lose_answer(self, path_pattern: str) -> None:
+        """The next request whose path matches ``path_pattern`` reaches the store, but its answer
+        is lost: the client's connection is closed instead (the client then retries)."""
+        self._ask(f"lose {path_pattern}")
+
+    def reset_counts(self) -> None:
+        """Forget the requests counted and the answers lost so far."""
+        self._ask("reset")
+
+    @property
+    def requests(self) -> Counter[str]:
+        """Requests that passed, by HTTP method."""
+        return Counter(self._ask("state")["requests"])
+
+    @property
+    def paths(self) -> list[tuple[str, str]]:
+        """(method, path) of each request that passed."""
+        return [tuple(p) for p in self._ask("state")["paths"]]  # type: ignore[misc]
+
+    @property
+    def lost(self) -> list[str]:
+        """The requests whose answer was lost (:meth:`lose_answer`)."""
+        return list(self._ask("state")["lost"])
+
+    @property
+    def hooked(self) -> list[str]:
+        """The fault points processes reported at the hook port (each cut the store)."""
+        return list(self._ask("state")["hooked"])
+
     def close(self) -> None:
-        self.down()
-        self._hook.close()
+        with contextlib.suppress(OSError):
+            self._control.close()
+        self._process.terminate()
+        self._process.join(timeout=10)
 
 
 @dataclass
