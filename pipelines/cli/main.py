@@ -495,6 +495,11 @@ def crontab_lines(jobs: dict[str, Any], config: Path, workdir: Path) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.option("--limit", type=int, default=200, show_default=True, help="Rows to print (table output).")
 @click.option("--print-init", is_flag=True, help="Print SQL that registers every table, for `spark-sql -i`.")
+@click.option(
+    "--allow-writes",
+    is_flag=True,
+    help="Let the statement write (INSERT, DELETE, DROP, ...); without it, it may only read.",
+)
 @_verbose_option
 def sql(
     query: str | None,
@@ -504,10 +509,13 @@ def sql(
     as_json: bool,
     limit: int,
     print_init: bool,
+    allow_writes: bool,
     verbose: bool,
 ) -> None:
-    """Query the lakehouse with Spark SQL: bronze.*, silver.*, gold.*, quality.* are registered by name."""
+    """Query the lakehouse with Spark SQL: bronze.*, silver.*, gold.*, quality.* are registered by
+    name. The statement may only read unless --allow-writes (docs/security.md)."""
     from pipelines.runner import Context
+    from pipelines.runtime import readonly
 
     if not print_init and not query and not query_file:
         raise click.UsageError("give a QUERY, --file or --print-init")
@@ -519,9 +527,19 @@ def sql(
         if print_init:
             click.echo(ctx.tables.init_sql(), nl=False)
             return
-        ctx.tables.register_existing()
+        if not allow_writes:
+            ctx.extra_conf |= readonly.conf(ctx.config.spark.conf)
+            with readonly.writable(ctx.spark):  # registering the names; the statement only reads
+                ctx.tables.register_existing()
+        else:
+            ctx.tables.register_existing()
         text = query_file.read_text() if query_file else query
-        df = ctx.spark.sql(text)
+        try:
+            df = ctx.spark.sql(text)
+        except Exception as exc:
+            if "this endpoint only reads" in str(exc):  # the read-only check: say how to write
+                raise OffsetsLakehouseError(f"{error_message(exc)} (--allow-writes lets the statement write)") from None
+            raise
         rows = df.limit(limit).collect() if fmt == "table" else df.collect()
     if fmt == "json":
         for r in rows:
@@ -574,6 +592,26 @@ def _csv_value(value: Any) -> Any:
     help="Seconds between registrations of new tables (0: only on SIGHUP).",
 )
 @click.option("--master", help="Spark master URL (overrides jobs.yaml).")
+@click.option(
+    "--passwords",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="OFFSETS_SERVE_PASSWORDS",
+    help="Thrift clients log in with a user name and password from this file (serve-passwd writes it). "
+    "[env OFFSETS_SERVE_PASSWORDS]",
+)
+@click.option(
+    "--token-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="OFFSETS_SERVE_TOKEN_FILE",
+    help="Spark Connect clients present the token in this file (or in SPARK_CONNECT_AUTHENTICATE_TOKEN). "
+    "[env OFFSETS_SERVE_TOKEN_FILE]",
+)
+@click.option("--tls-cert", type=click.Path(dir_okay=False, path_type=Path), help="PEM certificate (chain): TLS.")
+@click.option(
+    "--tls-key",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="PEM private key of --tls-cert (passphrase in OFFSETS_SERVE_TLS_KEY_PASSWORD).",
+)
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @_verbose_option
 def serve(
@@ -584,24 +622,59 @@ def serve(
     connect_port: int | None,
     refresh: float,
     master: str | None,
+    passwords: Path | None,
+    token_file: Path | None,
+    tls_cert: Path | None,
+    tls_key: Path | None,
     log_format: str,
     verbose: bool,
 ) -> None:
-    """Keep one Spark session with every table registered and serve it over JDBC/ODBC or Spark Connect.
+    """Keep one Spark session with every table registered and serve it, read-only, over JDBC/ODBC or
+    Spark Connect.
 
-    Prints one line when ready ("serving the lakehouse at jdbc:hive2://127.0.0.1:10000 (tables: N)"),
+    Prints one line when ready ("serving the lakehouse at jdbc:hive2://127.0.0.1:10000 (...)"),
     registers tables that appear later every --refresh seconds and on SIGHUP, and stops cleanly on
-    SIGINT/SIGTERM (exit 0). docs/sql.md.
+    SIGINT/SIGTERM (exit 0). Clients only read; beyond loopback they must authenticate
+    (--passwords, --token-file). docs/sql.md, docs/security.md.
     """
-    from pipelines.serve import Server, endpoints
+    from pipelines.serve import Access, Server, endpoints
     from pipelines.serve import serve as run_server
 
     if connect_port and protocol != "both":
         raise click.UsageError("--connect-port is for --protocol both (else use --port)")
     _setup_logging(verbose, log_format)
     with one_line_errors(verbose):
-        server = Server(config_path, endpoints(protocol, host, port, connect_port), master)
+        token = os.environ.get("SPARK_CONNECT_AUTHENTICATE_TOKEN") or None
+        if token_file is not None:
+            if not token_file.is_file():
+                raise ConfigError(f"--token-file: no such file: {token_file}")
+            token = token_file.read_text().strip() or None
+            if token is None:
+                raise ConfigError(f"--token-file: {token_file} is empty")
+        access = Access(passwords, token, tls_cert, tls_key, os.environ.get("OFFSETS_SERVE_TLS_KEY_PASSWORD"))
+        server = Server(config_path, endpoints(protocol, host, port, connect_port), master, access)
         run_server(server, refresh, lambda line: click.echo(line))
+
+
+@cli.command("serve-passwd")
+@click.argument("passwords", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("user")
+@click.option("--delete", is_flag=True, help="Remove USER instead.")
+@click.option("--password-stdin", is_flag=True, help="Read the password from standard input (else prompted).")
+def serve_passwd(passwords: Path, user: str, delete: bool, password_stdin: bool) -> None:
+    """Add USER to (or replace their password in, or --delete them from) the PASSWORDS file that
+    `serve --passwords` checks Thrift logins against: salted PBKDF2-SHA256, never the password."""
+    from pipelines.runtime.passwords import remove_user, set_user
+
+    with one_line_errors(False):
+        if delete:
+            remove_user(passwords, user)
+            return
+        if password_stdin:
+            password = sys.stdin.readline().rstrip("\n")
+        else:
+            password = click.prompt(f"password for {user}", hide_input=True, confirmation_prompt=True)
+        set_user(passwords, user, password)
 
 
 @cli.command()

@@ -5,8 +5,11 @@ resolved by Maven once, and the project's Delta log store for object stores, com
 cache outside the work tree (``$OFFSETS_LAKEHOUSE_CACHE`` or ``~/.cache/offsets-lakehouse``),
 keyed by the pom, so a changed dependency resolves again. Jars the pyspark wheel already ships
 (Hadoop, Parquet, Jackson, Netty, Scala, ...) are left out so that only one version of each is
-on the classpath. ``tools/spark/logstore/`` (:data:`LOG_STORE_CLASS`, docs/object-storage.md)
-is compiled by ``javac`` against that classpath into a jar of its own, keyed by its sources.
+on the classpath. The project's own JVM classes, ``tools/spark/java/`` — the Delta log store for
+object stores (:data:`LOG_STORE_CLASS`, docs/object-storage.md), the read-only SQL endpoint's
+session extension and password check (:data:`READ_ONLY_EXTENSION`, :data:`PASSWORD_AUTHENTICATOR`,
+docs/security.md) — are compiled by ``javac`` against that classpath into a jar of their own,
+keyed by their sources.
 Later runs are offline.
 """
 
@@ -28,9 +31,13 @@ from pipelines.errors import JarResolutionError
 REPO = Path(__file__).resolve().parents[2]
 POM = REPO / "tools" / "spark" / "pom.xml"
 SETTINGS = REPO / "tools" / "maven-settings.xml"
-LOG_STORE_SOURCES = REPO / "tools" / "spark" / "logstore"
+JVM_SOURCES = REPO / "tools" / "spark" / "java"
 # Delta's log store for s3:// and s3a:// tables (runtime/storage.py configures it)
 LOG_STORE_CLASS = "io.offsetslakehouse.delta.S3ConditionalPutLogStore"
+# `serve` and `sql`: the session extension that lets client sessions only read, and HiveServer2's
+# CUSTOM password check (pipelines/serve.py)
+READ_ONLY_EXTENSION = "io.offsetslakehouse.serve.ReadOnly"
+PASSWORD_AUTHENTICATOR = "io.offsetslakehouse.serve.PasswordAuthenticator"
 _VERSIONED = re.compile(r"^(?P<artifact>.+?)-(?P<version>\d[\w.\-]*)\.jar$")
 
 
@@ -65,7 +72,7 @@ def _digest(*paths: Path) -> str:
 def resolve(quiet: bool = True) -> list[Path]:
     """The jar files to add with ``spark.jars``; resolves and compiles them on first use."""
     maven = _maven_jars(quiet)
-    return [*maven, _log_store_jar(maven)]
+    return [*maven, _project_jar(maven)]
 
 
 def _maven_jars(quiet: bool) -> list[Path]:
@@ -107,10 +114,10 @@ def _maven_jars(quiet: bool) -> list[Path]:
     return sorted(target.glob("*.jar"))
 
 
-def _log_store_jar(classpath: list[Path]) -> Path:
-    """The log store compiled against ``classpath`` and pyspark's jars (``javac``, once)."""
-    sources = sorted(LOG_STORE_SOURCES.rglob("*.java"))
-    jar = cache_root() / f"logstore-{_digest(*sources)}-{classpath[0].parent.name}" / "offsets-lakehouse-delta.jar"
+def _project_jar(classpath: list[Path]) -> Path:
+    """The project's JVM classes compiled against ``classpath`` and pyspark's jars (``javac``, once)."""
+    sources = sorted(JVM_SOURCES.rglob("*.java"))
+    jar = cache_root() / f"jvm-{_digest(*sources)}-{classpath[0].parent.name}" / "offsets-lakehouse-jvm.jar"
     if jar.exists():
         return jar
     javac = shutil.which("javac")
@@ -122,7 +129,7 @@ def _log_store_jar(classpath: list[Path]) -> Path:
         cmd = [javac, "-nowarn", "--release", "17", "-d", str(classes), "-cp", cp, *map(str, sources)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
-            raise JarResolutionError(f"javac could not compile {LOG_STORE_SOURCES}:\n{proc.stderr[-3000:]}")
+            raise JarResolutionError(f"javac could not compile {JVM_SOURCES}:\n{proc.stderr[-3000:]}")
         staging = Path(tmp) / jar.name
         with zipfile.ZipFile(staging, "w", zipfile.ZIP_DEFLATED) as zf:
             for f in sorted(classes.rglob("*.class")):

@@ -57,5 +57,5 @@ def test_s3a_matches_the_wheels_hadoop_and_the_log_store_is_built() -> None:
     assert f"<hadoop.version>{hadoop}</hadoop.version>" in jars.POM.read_text()
     names = {p.name for p in jars.resolve()}
     assert f"hadoop-aws-{hadoop}.jar" in names
-    assert "offsets-lakehouse-delta.jar" in names
+    assert "offsets-lakehouse-jvm.jar" in names
     assert not any(n.startswith("bundle-") for n in names), "the 640 MB SDK bundle is excluded"
