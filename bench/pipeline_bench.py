@@ -11,9 +11,10 @@ repository's jobs.yaml — and run through the public runner API (``Context``, `
 stage at a time:
 
 With ``--root s3a://bucket/prefix`` the lakehouse is on an object store (its endpoint and keys from
-the ``AWS_*`` environment, docs/object-storage.md; the source log stays on local disk), emptied
-first; ``--count-requests`` puts a counting proxy (tests/support/store.py) between the pipeline
-and the store and reports the requests of each run by HTTP method.
+the ``AWS_*`` environment, docs/object-storage.md; the source log stays on local disk), under a new
+sub-prefix named by the start time; ``--count-requests`` puts a counting proxy
+(tests/support/store.py) between the pipeline and the store and reports the requests of each run
+by HTTP method.
 
 1. ``initial``: the base, on the empty lakehouse;
 2. ``increment``: after the held-back data appeared the way a broker writes it (active segments
@@ -374,7 +375,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="write every number here as JSON")
     ap.add_argument("--workdir", type=Path, help="keep the source copy and the lakehouse here (default: a temp dir)")
     ap.add_argument(
-        "--root", help="lakehouse root on an object store (s3a://bucket/prefix; emptied first); default: in --workdir"
+        "--root",
+        help="lakehouse root on an object store (s3a://bucket/prefix; a new sub-prefix per run); default: in --workdir",
     )
     ap.add_argument(
         "--count-requests", action="store_true", help="with --root: count the requests to the store per run"
@@ -409,7 +411,9 @@ def _bench(args: argparse.Namespace, conf: dict[str, str], logs: Path, work: Pat
     root: Path | str = work / "lakehouse"
     proxy = None
     if args.root:
-        root = args.root.rstrip("/")
+        # a new prefix per benchmark: an emptied one may keep directory entries on stores that have
+        # them (SeaweedFS), which Delta takes for a non-empty location
+        root = f"{args.root.rstrip('/')}/{time.strftime('%Y%m%dT%H%M%S')}"
         proxy = _store_root(root, args.count_requests)
     write_jobs(work / "jobs.yaml", root, split.source, stages, conf)
     load_start = load_average()

@@ -185,9 +185,12 @@ def _replay_function(
     sources: dict[str, pa.Schema],
     state: dict[str, pa.Schema],
     schemas: dict[str, pa.Schema],
+    shared: frozenset[str] = frozenset(),
 ):
     """The mapInArrow body run in Spark tasks: per task row (a partition), read its files, replay,
-    and return its output as IPC blobs (:data:`OUTPUT_DDL`)."""
+    and return its output as IPC blobs (:data:`OUTPUT_DDL`). A file of a ``shared`` silver table
+    (partitioned by cluster alone) is read once per task for all the partitions it replays: on an
+    object store each read is requests, which a task replaying 7 partitions would make 7 times."""
 
     def one(
         cluster: str, part: int, applied: int | None, files: dict[str, dict[str, list[str]]], cache: dict
@@ -198,9 +201,22 @@ def _replay_function(
             uris = files["silver"].get(table)
             if not uris:
                 return None
-            return read_parquet(
-                uris, sources[table], ("record_offset", after), ("timestamp",), ("offsets_partition", part)
+            if table not in shared or len(cache["parts"]) < 2:
+                return read_parquet(
+                    uris, sources[table], ("record_offset", after), ("timestamp",), ("offsets_partition", part)
+                )
+            schema = sources[table]
+            if "offsets_partition" not in schema.names:
+                schema = schema.append(pa.field("offsets_partition", pa.int32()))
+            for uri in uris:
+                if ("silver", uri) not in cache:
+                    rows = read_parquet([uri], schema, None, ("timestamp",))
+                    cache[("silver", uri)] = rows.filter(pc.is_in(rows.column("offsets_partition"), cache["parts"]))
+            rows = pa.concat_tables([cache[("silver", uri)] for uri in uris])
+            mine = pc.and_(
+                pc.equal(rows.column("offsets_partition"), part), pc.greater(rows.column("record_offset"), after)
             )
+            return rows.filter(mine).select(sources[table].names)
 
         def persisted(table: str) -> pa.Table | None:
             uris = files["gold"].get(table)
@@ -507,7 +523,9 @@ def _replay(
     soft_ms = None if soft_delete_retention_days is None else int(soft_delete_retention_days * 86_400_000)
     with result.steps("list files"):
         tasks = _tasks(spark, tables, plan)
-    replay = _replay_function(run_id, retention_ms, soft_ms, sources, state, schemas)
+    # silver tables partitioned by cluster alone: each file holds rows of many offsets partitions
+    shared = frozenset(t for t in SOURCE_TABLES if "offsets_partition" not in tables.spec("silver", t).partitioned_by)
+    replay = _replay_function(run_id, retention_ms, soft_ms, sources, state, schemas, shared)
     replayed = _task_frame(spark, tasks).mapInArrow(replay, OUTPUT_DDL)
     with result.steps("read events and replay"):
         # a checkpoint, not a cache: the replay read the gold tables it is about to write, and

@@ -106,7 +106,7 @@ def read_parquet(
     for uri in uris:
         filesys, path = filesystem(uri)
         with filesys.open_input_file(path) as fh:
-            pf = pq.ParquetFile(fh, coerce_int96_timestamp_unit="us")
+            pf = pq.ParquetFile(fh, coerce_int96_timestamp_unit="us", pre_buffer=True)
             present = set(pf.schema_arrow.names)
             wanted = [n for n in schema.names if n in present]
             if equal is not None and equal[0] in present and equal[0] not in wanted:

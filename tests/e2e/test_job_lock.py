@@ -147,6 +147,10 @@ def test_overlapping_runs_and_a_killed_run(logs: tuple[Path, int], tmp_path: Pat
     report = json.loads(nxt.stdout)
     assert report["status"] == "ok" and [s["stage"] for s in report["stages"]] == ["bronze", "silver"]
     assert DONE.search(nxt.stderr) is None and "bronze running" not in nxt.stderr, nxt.stderr[-2000:]
+    # the job's lock, and the lakehouse-wide silver stage's the killed run held too (operations.md)
     taken = [line for line in next_log.read_text().splitlines() if "taken over" in line]
-    assert len(taken) == 1 and f"pid {first.proc.pid} " in taken[0] and "no longer running" in taken[0], taken
+    assert [line for line in taken if f"lock {lock} " in line or f"lock {lock}:" in line], taken
+    for line in taken:
+        assert f"pid {first.proc.pid} " in line and "no longer running" in line, taken
+    assert {re.search(r"_locks/(\S+)\.lock", line).group(1) for line in taken} == {"j", "stage-silver"}, taken
     assert lock.read_text() == "", "released cleanly at the end"

@@ -131,7 +131,7 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
 
 def test_a_job_from_and_to_the_store_on_two_workers(spark, store: Store, standalone, tmp_path: Path) -> None:
     url, cluster_logs = standalone
-    logs = generate(tmp_path / "logs", 5000, seed=33, partitions=5, segment_bytes=32 * 1024).out
+    logs = generate(tmp_path / "logs", 2500, seed=33, partitions=4, segment_bytes=16 * 1024).out
     store.upload(logs, f"s3://{BUCKET}/logs")
     root = f"s3a://{BUCKET}/lakehouse"
     config = tmp_path / "jobs.yaml"
@@ -141,7 +141,7 @@ spark:
   conf: {{spark.sql.shuffle.partitions: "4", spark.ui.enabled: "false", spark.executor.memory: "1g",
          {SHORT_RUN_JVM_YAML}}}
 sources:
-  s: {{kind: segments, cluster: sa, paths: ["s3://{BUCKET}/logs"], split_bytes: 65536, offsets_partitions: 5}}
+  s: {{kind: segments, cluster: sa, paths: ["s3://{BUCKET}/logs"], split_bytes: 32768, offsets_partitions: 4}}
 jobs:
   j: {{sources: [s], stages: [bronze, silver, gold]}}
 """)

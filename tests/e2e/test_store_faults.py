@@ -18,16 +18,16 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from pipelines.generate import generate
+from pipelines.runner import Context, run_job
 from pipelines.runtime.tables import locations
 from tests.e2e.fault_cases import RUN_COLUMNS, RUN_LOGS
 from tests.support.jvm import SHORT_RUN_YAML
-from tests.support.store import FAST_FAILING_S3A, Store, host_env, moto_store
+from tests.support.store import FAST_FAILING_S3A, Store, host_env
 
 REPO = Path(__file__).resolve().parents[2]
 BUCKET = "faults"
@@ -35,10 +35,12 @@ POINTS = ("bronze.after_write_before_commit", "silver.after_first_table", "gold.
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
-    with moto_store(tmp_path_factory.mktemp("store")) as running:
-        running.bucket(BUCKET)
-        yield running
+def store(tier_store: Store) -> Iterator[Store]:
+    """The tier's store (this tier's session started with its settings, tests/spark/conftest.py):
+    the uninterrupted run runs in this process."""
+    tier_store.bucket(BUCKET)
+    yield tier_store
+    tier_store.proxy.up()  # whatever happened, the store is back for the tier's next tests
 
 
 def write_jobs(path: Path, prefix: str) -> Path:
@@ -107,27 +109,27 @@ def contents(store: Store, prefix: str) -> dict[str, list[str]]:
 
 
 def test_the_store_gone_mid_commit_in_each_layer_then_the_runs_complete(
-    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    spark, store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for key, value in store.env(direct=True).items():  # locations() looks for tables with pyarrow
         monkeypatch.setenv(key, value)
     logs = generate(tmp_path / "logs", 1800, seed=51, partitions=3, segment_bytes=8 * 1024).out
     store.upload(logs, f"s3://{BUCKET}/logs")
     clean, faulty = (write_jobs(tmp_path / name / "jobs.yaml", name) for name in ("clean", "faulty"))
-    proxy = store.proxy
+    # the same job once, uninterrupted, in this process (before the chain cuts the store)
+    for db in ("bronze", "silver", "gold", "quality"):
+        spark.sql(f"DROP SCHEMA IF EXISTS {db} CASCADE")
+    assert run_job(Context(clean), "j").status == "ok"
 
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        # beside the chain, on the store directly (the chain cuts the proxy): the same job, once
-        uninterrupted = pool.submit(run, store, clean, store.direct)
-        for point in POINTS:
-            proxy.up()  # the store is back
-            result = run(store, faulty, fault=point, hook=proxy.hook_port)
-            assert proxy.hooked[-1:] == [point], (point, result.stderr[-2000:])
-            assert_failed_clearly(point, result)
-        proxy.up()
-        last = run(store, faulty)
-        assert last.returncode == 0, last.stderr[-3000:]
-        assert uninterrupted.result().returncode == 0, uninterrupted.result().stderr[-3000:]
+    proxy = store.proxy
+    for point in POINTS:
+        proxy.up()  # the store is back
+        result = run(store, faulty, fault=point, hook=proxy.hook_port)
+        assert proxy.hooked[-1:] == [point], (point, result.stderr[-2000:])
+        assert_failed_clearly(point, result)
+    proxy.up()
+    last = run(store, faulty)
+    assert last.returncode == 0, last.stderr[-3000:]
 
     want = contents(store, "clean")
     assert {"bronze.offsets_records", "silver.offset_commits", "gold.current_offsets"} <= set(want)
