@@ -143,8 +143,12 @@ def spark_conf(
             conf["spark.sql.hive.thriftServer.singleSession"] = "false"
             if access.passwords is not None:
                 conf["spark.hadoop.hive.server2.authentication"] = "CUSTOM"
-                conf["spark.hadoop.hive.server2.custom.authentication.class"] = jars.PASSWORD_AUTHENTICATOR
-                conf["spark.driver.extraJavaOptions"] += f" -Doffsets.serve.passwords={access.passwords.resolve()}"
+                # Hive's CUSTOM provider reads its class from a HiveConf of its own, which takes
+                # hive.* system properties (not Spark's Hadoop configuration)
+                conf["spark.driver.extraJavaOptions"] += (
+                    f" -Dhive.server2.custom.authentication.class={jars.PASSWORD_AUTHENTICATOR}"
+                    f" -Doffsets.serve.passwords={access.passwords.resolve()}"
+                )
         else:
             conf["spark.plugins"] = "org.apache.spark.sql.connect.SparkConnectPlugin"
             # behind TLS, Connect itself listens on loopback only, on a port of its own
@@ -218,6 +222,7 @@ class Server:
             }
         self._spark = self.ctx.spark
         readonly.exempt(self._spark, True)  # this session registers the tables; clients' only read
+        readonly.allow_root(self._spark, self.ctx.root)
         self.refresh()
         if any(ep.protocol == "thrift" for ep in self.eps):
             spark = self._spark

@@ -531,6 +531,7 @@ def sql(
             ctx.extra_conf |= readonly.conf(ctx.config.spark.conf)
             with readonly.writable(ctx.spark):  # registering the names; the statement only reads
                 ctx.tables.register_existing()
+            readonly.allow_root(ctx.spark, ctx.root)
         else:
             ctx.tables.register_existing()
         text = query_file.read_text() if query_file else query

@@ -17,7 +17,7 @@ from typing import Any
 
 from pipelines.runtime.jars import READ_ONLY_EXTENSION
 
-__all__ = ["conf", "exempt", "writable"]
+__all__ = ["allow_root", "conf", "exempt", "writable"]
 
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 
@@ -32,6 +32,11 @@ def exempt(spark: Any, on: bool) -> None:
     """Let the session ``spark`` write (``on``) or guard it again."""
     jvm = spark.sparkContext._jvm
     jvm.io.offsetslakehouse.serve.ReadOnly.exempt(spark._jsparkSession, on)
+
+
+def allow_root(spark: Any, root: str) -> None:
+    """Guarded sessions may read the files under ``root`` (the lakehouse's tables), and no others."""
+    spark.sparkContext._jvm.io.offsetslakehouse.serve.ReadOnly.allowRoot(root)
 
 
 @contextmanager

@@ -130,7 +130,10 @@ def jdbc_text(value: Any) -> str:
 
 
 def test_ready_line_names_the_endpoints_and_counts_tables_and_views(served: Served, lakehouse: Context) -> None:
-    m = re.fullmatch(r"serving the lakehouse at (\S+) and (\S+) \(tables: (\d+)\)", served.ready)
+    open_ = r"\(loopback only, no authentication\)"
+    m = re.fullmatch(
+        rf"serving the lakehouse at (\S+) {open_} and (\S+) {open_} \(tables: (\d+); read-only\)", served.ready
+    )
     assert m, served.ready
     assert m.group(1) == f"jdbc:hive2://127.0.0.1:{served.thrift}"
     assert m.group(2) == f"sc://127.0.0.1:{served.connect}"

@@ -17,6 +17,7 @@ import queue
 import re
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 from collections.abc import Iterator
@@ -34,9 +35,10 @@ from pipelines.runtime.tables import LAYERS, load_specs
 from tests.spark.shared_lakehouse import SharedLakehouse
 from tests.support.store import free_port
 
-USER, PASSWORD, TOKEN = "analyst", "a long enough secret", "connect-token-3f9a"
+USER, PASSWORD, TOKEN = "analyst", "a-long-enough-secret", "connect-token-3f9a"  # beeline splits at spaces
 
-# every kind of write the issue names, and writes by path; each must be refused
+# every kind of write the issue names, writes to paths, reading outside the lakehouse, user code:
+# each must be refused
 WRITES = {
     "INSERT": "INSERT INTO gold.current_offsets SELECT * FROM gold.current_offsets LIMIT 1",
     "UPDATE": "UPDATE gold.current_offsets SET committed_offset = 0",
@@ -53,7 +55,7 @@ WRITES = {
     "write to a path": "INSERT OVERWRITE DIRECTORY '{root}/gold/current_offsets' USING parquet "
     "SELECT * FROM gold.current_offsets",
     "CREATE TABLE LOCATION": "CREATE TABLE gold.over USING delta LOCATION '{root}/gold/current_offsets'",
-    "read a path": "SELECT count(*) FROM parquet.`{root}/gold/current_offsets`",
+    "read a file outside the lakehouse": "SELECT count(*) FROM parquet.`{outside}`",
     "reflect": "SELECT reflect('java.lang.System', 'getProperty', 'user.dir')",
 }
 
@@ -138,11 +140,16 @@ def served(lakehouse: Context, tls: dict[str, Path]) -> Iterator[Served]:
 
 def beeline(served: Served, tls: dict[str, Path], script: str, password: str = PASSWORD) -> subprocess.CompletedProcess:
     """Hive's JDBC client over TLS, logged in as USER; every statement of ``script`` run even when
-    one fails (``--force``)."""
+    one fails (``--force``, which holds for a script file, not for ``-e``)."""
     url = f"jdbc:hive2://127.0.0.1:{served.thrift}/;ssl=true;sslTrustStore={tls['trust']};trustStorePassword=changeit"
+    with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as f:
+        f.write(script)
     cmd = ["java", "-cp", f"{pyspark_jars_dir()}/*", "org.apache.hive.beeline.BeeLine", "-u", url]
-    cmd += ["-n", USER, "-p", password, "--silent=true", "--outputformat=csv2", "--force=true", "-e", script]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    cmd += ["-n", USER, "-p", password, "--silent=true", "--outputformat=csv2", "--force=true", "-f", f.name]
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    finally:
+        os.unlink(f.name)
 
 
 CONNECT_CLIENT = textwrap.dedent("""
@@ -201,9 +208,11 @@ def test_every_write_is_refused_and_nothing_changes(spark, lakehouse: Context, s
     before = state(spark, lakehouse)
     assert "gold.current_offsets" in before and before["gold.current_offsets"][1] > 0
     root = lakehouse.root
-    statements = [s.format(root=root) for s in WRITES.values()]
+    outside = lakehouse.base_dir / "outside.parquet"  # a valid Parquet file the server could read
+    spark.range(3).toPandas().to_parquet(outside)
+    statements = [s.format(root=root, outside=outside) for s in WRITES.values()]
     proc = beeline(served, tls, ";\n".join(statements) + ";")
-    errors = [line for line in proc.stderr.splitlines() + proc.stdout.splitlines() if line.startswith("Error:")]
+    errors = [line for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("Error:")]
     assert len(errors) == len(WRITES), proc.stdout[-3000:] + proc.stderr[-3000:]
     for (kind, _), error in zip(WRITES.items(), errors, strict=True):
         assert "ReadOnlyViolation" in error or "this endpoint" in error, (kind, error)
@@ -215,7 +224,7 @@ def test_every_write_is_refused_and_nothing_changes(spark, lakehouse: Context, s
             "DELETE": "spark.sql('DELETE FROM gold.current_offsets').collect()",
             "saveAsTable": "spark.range(1).write.saveAsTable('gold.injected')",
             "save to a path": f"spark.range(1).write.mode('overwrite').parquet({root + '/gold/current_offsets'!r})",
-            "read a path": f"spark.read.format('delta').load({root + '/gold/current_offsets'!r}).count()",
+            "read a path": f"spark.read.parquet({str(outside)!r}).count()",
             "python udf": "spark.range(1).selectExpr('id').rdd if False else "
             "spark.range(3).mapInPandas(lambda it: it, 'id long').collect()",
         },
@@ -244,7 +253,7 @@ def test_reads_temporary_views_and_set_still_work(spark, lakehouse: Context, ser
 
 
 def test_wrong_passwords_and_tokens_are_refused(served: Served, tls) -> None:
-    proc = beeline(served, tls, "SELECT 1;", password="not the password")
+    proc = beeline(served, tls, "SELECT 1;", password="not-the-password")
     assert proc.returncode != 0
     assert re.search(r"[Aa]uthentication|Peer indicated failure|password", proc.stdout + proc.stderr), proc.stderr[
         -2000:

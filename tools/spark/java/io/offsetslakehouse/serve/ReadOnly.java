@@ -5,16 +5,21 @@
 package io.offsetslakehouse.serve;
 
 import java.util.Collections;
+import java.util.List;
 import java.util.Set;
 import java.util.WeakHashMap;
+import java.util.concurrent.CopyOnWriteArrayList;
 
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.SparkSessionExtensions;
 import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.expressions.ScalaUDF;
 import org.apache.spark.sql.catalyst.expressions.SubqueryExpression;
 import org.apache.spark.sql.catalyst.plans.logical.Command;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.execution.command.CreateViewCommand;
+import org.apache.hadoop.fs.Path;
+import org.apache.spark.sql.execution.datasources.HadoopFsRelation;
 import org.apache.spark.sql.execution.datasources.LogicalRelation;
 import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation;
 import scala.Function1;
@@ -25,8 +30,8 @@ import scala.runtime.BoxedUnit;
  * A Spark session extension ({@code spark.sql.extensions}) that lets a session only read.
  *
  * <p>Every statement of a guarded session is checked once analysed, before it runs: a query may
- * read the tables registered in the catalog (the lakehouse's) and nothing else — no file or
- * external source by path or format, no user-defined code (Python, Scala or Hive functions,
+ * read the lakehouse's tables (files under a root given to {@link #allowRoot}) and nothing else —
+ * no other file, no external source, no user-defined code (Python, Scala or Hive functions,
  * {@code reflect}); of the commands, only those that show or describe something, explain a
  * query, set the session's own settings or namespace, refresh a cached table, or create a
  * temporary view of an allowed query. Everything else — INSERT, UPDATE, DELETE, MERGE, DROP,
@@ -42,6 +47,38 @@ public final class ReadOnly implements Function1<SparkSessionExtensions, BoxedUn
 
     private static final Set<SparkSession> EXEMPT =
             Collections.newSetFromMap(Collections.synchronizedMap(new WeakHashMap<SparkSession, Boolean>()));
+    private static final List<String> ROOTS = new CopyOnWriteArrayList<>();
+
+    /** Files under {@code root} (the lakehouse's) may be read; no others. */
+    public static void allowRoot(String root) {
+        ROOTS.add(normalise(root));
+    }
+
+    private static String normalise(String path) {
+        String p = path.replaceFirst("^file://", "").replaceFirst("^file:", "").replaceFirst("^s3://", "s3a://");
+        while (p.endsWith("/")) {
+            p = p.substring(0, p.length() - 1);
+        }
+        return p;
+    }
+
+    private static boolean underRoots(scala.collection.Seq<Path> paths) {
+        Iterator<Path> it = paths.iterator();
+        if (!it.hasNext()) {
+            return false;
+        }
+        while (it.hasNext()) {
+            String p = normalise(it.next().toString());
+            boolean under = false;
+            for (String root : ROOTS) {
+                under |= p.equals(root) || p.startsWith(root + "/");
+            }
+            if (!under) {
+                return false;
+            }
+        }
+        return true;
+    }
 
     /** Let {@code session} write (the serving process's own session, while it registers tables). */
     public static void exempt(SparkSession session, boolean exempt) {
@@ -93,11 +130,15 @@ public final class ReadOnly implements Function1<SparkSessionExtensions, BoxedUn
         if (name.contains("Python") || name.contains("Pandas") || name.contains("InArrow")) {
             return "this endpoint runs no user code: " + plan.nodeName() + " is refused";
         }
-        if (plan instanceof LogicalRelation && ((LogicalRelation) plan).catalogTable().isEmpty()) {
-            return "this endpoint reads the lakehouse's tables by name only, not files by path";
+        if (plan instanceof LogicalRelation) {
+            Object relation = ((LogicalRelation) plan).relation();
+            if (!(relation instanceof HadoopFsRelation)
+                    || !underRoots(((HadoopFsRelation) relation).location().rootPaths())) {
+                return "this endpoint reads the lakehouse's tables only, no other files or sources";
+            }
         }
         if (plan instanceof DataSourceV2Relation && ((DataSourceV2Relation) plan).identifier().isEmpty()) {
-            return "this endpoint reads the lakehouse's tables by name only, not external sources";
+            return "this endpoint reads the lakehouse's tables only, no other files or sources";
         }
         Iterator<Expression> expressions = plan.expressions().iterator();
         while (expressions.hasNext()) {
@@ -118,8 +159,18 @@ public final class ReadOnly implements Function1<SparkSessionExtensions, BoxedUn
 
     private static String refusalIn(Expression expression) {
         String name = expression.getClass().getSimpleName();
-        if (name.contains("UDF") || name.contains("UDAF") || name.contains("UDTF") || name.startsWith("Hive")
-                || name.equals("ScalaAggregator") || name.contains("Reflect")) {
+        boolean userCode;
+        if (expression instanceof ScalaUDF) {
+            // Spark and Delta plan some of their own work as Scala functions; a client's would be
+            // a class of its own (Spark Connect's Scala client ships them)
+            String fn = ((ScalaUDF) expression).function().getClass().getName();
+            userCode = !(fn.startsWith("org.apache.spark.") || fn.startsWith("io.delta."));
+        } else {
+            userCode = name.contains("Python") || name.contains("UDAF") || name.contains("UDTF")
+                    || name.startsWith("Hive") || name.equals("ScalaAggregator") || name.contains("Reflect")
+                    || name.equals("JavaUDF");
+        }
+        if (userCode) {
             return "this endpoint runs no user code: " + expression.prettyName() + " is refused";
         }
         if (expression instanceof SubqueryExpression) {
