@@ -13,6 +13,7 @@ __all__ = [
     "InputError",
     "JarResolutionError",
     "JobRunning",
+    "KafkaAccessDenied",
     "OffsetsLakehouseError",
     "SourceNotFound",
     "SourceUnavailable",
@@ -52,6 +53,15 @@ class InputError(OffsetsLakehouseError, ValueError):
 
 class SourceUnavailable(OffsetsLakehouseError, RuntimeError):
     """A source could not be reached or did not answer in time (exit code 1)."""
+
+
+class KafkaAccessDenied(SourceUnavailable):
+    """A Kafka cluster refused us, or our security settings do not fit its listener: a login
+    refused, a certificate not trusted or expired, TLS spoken to a plaintext listener or the
+    reverse, a principal without the ACLs the job needs (exit code 5: a retry cannot help; the
+    settings or the ACLs must change — docs/security.md)."""
+
+    exit_code = 5
 
 
 class DeclarationError(OffsetsLakehouseError, ValueError):

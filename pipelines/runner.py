@@ -22,6 +22,7 @@ from pyspark.sql import Row, SparkSession
 
 from pipelines.bronze.end_offsets import admin_sources, ingest_end_offsets
 from pipelines.bronze.ingest import ingest_source
+from pipelines.bronze.kafka_client import check_access
 from pipelines.bronze.kafka_source import stored_positions
 from pipelines.bronze.kafka_truth import fetch_truth
 from pipelines.errors import ConfigError, StageUnavailable
@@ -33,6 +34,7 @@ from pipelines.runtime.config import (
     STAGES,
     Job,
     JobsFile,
+    KafkaSource,
     QualitySettings,
     find_job,
     load,
@@ -226,6 +228,7 @@ def run_job(
     report = RunReport.start(job_name, run_id)
     data_stages = [s for s in wanted if s != "quality"]
     checks = quality_checkpoints(data_stages) if "quality" in wanted else {}
+    _check_kafka(ctx, job, bronze="bronze" in data_stages, quality="quality" in wanted)
     if "quality" in wanted and not data_stages:
         _quality(ctx, job_name, report, None)
         return report
@@ -241,6 +244,17 @@ def run_job(
             log.error("quality: a rule with policy fail failed after %s: the run stops here (exit code 3)", stage)
             break
     return report
+
+
+def _check_kafka(ctx: Context, job: Job | None, *, bronze: bool, quality: bool) -> None:
+    """Ask each Kafka cluster the run will talk to, before anything is committed, whether it lets us
+    do what the run needs (kafka_client.check_access): a refusal then ends the run with nothing
+    written, instead of after bronze committed."""
+    live_truth = quality and (job.quality if job else QualitySettings()).truth_snapshot == "live"
+    for name in job.sources if job else []:
+        source = ctx.config.sources[name]
+        if isinstance(source, KafkaSource) and (bronze or live_truth):
+            check_access(ctx.spark, source, groups=live_truth)
 
 
 def quality_checkpoints(data_stages: list[str]) -> dict[str, tuple[str, ...]]:
@@ -336,8 +350,8 @@ def _live_truth(ctx: Context, sources: list[str]) -> TruthSnapshot | None:
 def quality_job(ctx: Context, job_name: str | None, run_id: str | None = None) -> RunReport:
     """``offsets-lakehouse quality [JOB]``: every suite on the tables as they are. Without a job:
     the default policies, and partition counts from every source in jobs.yaml."""
-    if job_name is not None:
-        ctx.job(job_name)
+    job = ctx.job(job_name) if job_name is not None else None
+    _check_kafka(ctx, job, bronze=False, quality=True)
     report = RunReport.start(job_name or "-", run_id)
     _quality(ctx, job_name, report, None)
     return report

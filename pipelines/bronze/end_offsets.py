@@ -30,7 +30,7 @@ from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from pipelines.bronze.kafka_source import TIMEOUT_S, KafkaUnavailable, client_options
+from pipelines.bronze.kafka_client import TIMEOUT_S, KafkaUnavailable, failure, java_properties
 from pipelines.errors import InputError, SourceNotFound
 from pipelines.runtime import lake
 from pipelines.runtime.config import EndOffsetsAdmin, EndOffsetsFile
@@ -166,26 +166,24 @@ def fetch_admin(
     if not partitions:
         return [], []
     jvm = spark._jvm  # type: ignore[attr-defined]
-    props = jvm.java.util.Properties()
-    for k, v in client_options(source).items():
-        props.put(k, v)
-    props.put("client.id", "offsets-lakehouse-end-offsets")
     # the admin client refuses an API timeout below the request timeout (30 s by default)
-    props.put("default.api.timeout.ms", str(TIMEOUT_S * 1000))
-    props.put("request.timeout.ms", str(TIMEOUT_S * 1000))
-    where = f"Kafka at {source.bootstrap_servers}"
+    props = java_properties(
+        spark,
+        source,
+        **{
+            "client.id": "offsets-lakehouse-end-offsets",
+            "default.api.timeout.ms": str(TIMEOUT_S * 1000),
+            "request.timeout.ms": str(TIMEOUT_S * 1000),
+        },
+    )
     try:
         admin = jvm.org.apache.kafka.clients.admin.Admin.create(props)
     except Py4JJavaError as exc:  # a bad client setting: its cause says which
-        cause = exc.java_exception
-        detail = cause.getMessage() + (f": {cause.getCause().getMessage()}" if cause.getCause() else "")
-        raise KafkaUnavailable(f"{where}: {detail}") from exc
+        raise failure(source, exc) from exc
     try:
         return _list_offsets(jvm, admin, source, partitions)
-    except Py4JJavaError as exc:  # listTopics: the cluster did not answer
-        cause = exc.java_exception
-        cause = cause.getCause() or cause
-        raise KafkaUnavailable(f"{where}: {cause.getClass().getSimpleName()}: {cause.getMessage()}") from exc
+    except Py4JJavaError as exc:  # listTopics: the cluster did not answer, or refused us
+        raise failure(source, exc) from exc
     finally:
         admin.close()
 
@@ -198,7 +196,8 @@ def _list_offsets(
     # ListOffsets retries an unknown topic until its timeout: ask only for topics that exist
     listing = jvm.org.apache.kafka.clients.admin.ListTopicsOptions().listInternal(True)
     existing = set(admin.listTopics(listing).names().get(TIMEOUT_S, unit))
-    unknown = [f"{t}-{p}: topic does not exist" for t, p in partitions if t not in existing]
+    # a topic the principal may not DESCRIBE is left out of the listing like one that does not exist
+    unknown = [f"{t}-{p}: no such topic, or no DESCRIBE ACL on it" for t, p in partitions if t not in existing]
     latest = jvm.org.apache.kafka.clients.admin.OffsetSpec.latest()
     wanted = jvm.java.util.HashMap()
     tps = {}

@@ -27,8 +27,16 @@ from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from pipelines.bronze.kafka_client import (
+    SPARK_GROUP_PREFIX,
+    TIMEOUT_S,
+    KafkaUnavailable,
+    client_options,
+    failure,
+    java_properties,
+    refusal,
+)
 from pipelines.bronze.sink import IngestResult, content_hash_udf, merge_records
-from pipelines.errors import SourceUnavailable
 from pipelines.runtime import lake
 from pipelines.runtime.config import ConfigError, KafkaSource
 
@@ -37,50 +45,25 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("offsets_lakehouse")
 
-TIMEOUT_S = 20
-
-
-class KafkaUnavailable(SourceUnavailable):
-    """The cluster could not be reached or did not answer in time."""
-
-
-def client_options(source: KafkaSource) -> dict[str, str]:
-    """Kafka client settings (without the ``kafka.`` prefix Spark wants); secrets resolved here only."""
-    sec = source.security
-    opts = {"bootstrap.servers": source.bootstrap_servers, "security.protocol": sec.protocol}
-    if sec.sasl_mechanism:
-        opts["sasl.mechanism"] = sec.sasl_mechanism
-        if sec.username is not None and sec.password is not None:
-            module = (
-                "org.apache.kafka.common.security.plain.PlainLoginModule"
-                if sec.sasl_mechanism == "PLAIN"
-                else "org.apache.kafka.common.security.scram.ScramLoginModule"
-            )
-            user = sec.username.replace('"', '\\"')
-            pwd = sec.password.get_secret_value().replace('"', '\\"')
-            opts["sasl.jaas.config"] = f'{module} required username="{user}" password="{pwd}";'
-    if sec.ssl_truststore_location:
-        opts["ssl.truststore.location"] = sec.ssl_truststore_location
-    if sec.ssl_truststore_password is not None:
-        opts["ssl.truststore.password"] = sec.ssl_truststore_password.get_secret_value()
-    for k, v in sec.extra.items():
-        opts[k] = v.get_secret_value()
-    return opts
+__all__ = ["KafkaUnavailable", "client_options", "ingest_kafka", "partition_ends"]
 
 
 def _consumer(spark: SparkSession, source: KafkaSource, isolation: str) -> Any:
     """A JVM KafkaConsumer (the kafka-clients jar Spark's Kafka source ships), for metadata only."""
     jvm = spark._jvm  # type: ignore[attr-defined]
-    props = jvm.java.util.Properties()
-    for k, v in client_options(source).items():
-        props.setProperty(k, v)
     deser = "org.apache.kafka.common.serialization.ByteArrayDeserializer"
-    props.setProperty("key.deserializer", deser)
-    props.setProperty("value.deserializer", deser)
-    props.setProperty("isolation.level", isolation)
-    props.setProperty("default.api.timeout.ms", str(TIMEOUT_S * 1000))
-    props.setProperty("request.timeout.ms", str(TIMEOUT_S * 1000))
-    props.setProperty("client.id", "offsets-lakehouse-positions")
+    props = java_properties(
+        spark,
+        source,
+        **{
+            "key.deserializer": deser,
+            "value.deserializer": deser,
+            "isolation.level": isolation,
+            "default.api.timeout.ms": str(TIMEOUT_S * 1000),
+            "request.timeout.ms": str(TIMEOUT_S * 1000),
+            "client.id": "offsets-lakehouse-positions",
+        },
+    )
     return jvm.org.apache.kafka.clients.consumer.KafkaConsumer(props)
 
 
@@ -118,8 +101,7 @@ def partition_ends(spark: SparkSession, source: KafkaSource) -> dict[int, dict[s
             committed.close()
             uncommitted.close()
     except Py4JJavaError as exc:
-        cause = exc.java_exception
-        raise KafkaUnavailable(f"{where}: {cause.getClass().getSimpleName()}: {cause.getMessage()}") from exc
+        raise failure(source, exc) from exc
     return out
 
 
@@ -184,6 +166,8 @@ def read_range(spark: SparkSession, source: KafkaSource, start: dict[int, int], 
         .option("includeHeaders", "true")
         # compaction and retention remove records between runs; gaps are normal for this topic
         .option("failOnDataLoss", "false")
+        # the group Spark's source looks up offsets for: a prefix an ACL can name (docs/security.md)
+        .option("groupIdPrefix", SPARK_GROUP_PREFIX)
     )
     if source.min_partitions:
         reader = reader.option("minPartitions", str(source.min_partitions))
@@ -253,7 +237,13 @@ def ingest_kafka(spark: SparkSession, tables: Tables, name: str, source: KafkaSo
         F.lit(run_id).alias("run_id"),
         F.current_timestamp().alias("ingested_at"),
     )
-    result.rows_read = rows.count()
+    try:
+        result.rows_read = rows.count()
+    except Py4JJavaError as exc:  # the executors' consumers were refused (an ACL, a certificate)
+        denied = refusal(source, exc)
+        if denied is None:
+            raise
+        raise denied from exc
     result.positions = {str(p): o for p, o in sorted(end.items())}
     metadata = {
         "run_id": run_id,

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
-from pipelines.bronze.kafka_source import TIMEOUT_S, KafkaUnavailable, client_options, partition_ends
+from pipelines.bronze.kafka_client import TIMEOUT_S, KafkaUnavailable, failure, java_properties
+from pipelines.bronze.kafka_source import partition_ends
 from pipelines.truth import CommittedOffset, Group, TruthSnapshot
 
 if TYPE_CHECKING:
@@ -27,14 +28,12 @@ ATTEMPTS = 5
 
 def fetch_truth(spark: SparkSession, source: KafkaSource) -> TruthSnapshot:
     jvm = spark._jvm  # type: ignore[attr-defined]
-    props = jvm.java.util.Properties()
-    for k, v in client_options(source).items():
-        props.put(k, v)
+    props = java_properties(spark, source, **{"client.id": "offsets-lakehouse-truth"})
     unit = jvm.java.util.concurrent.TimeUnit.SECONDS
     try:
         admin = jvm.org.apache.kafka.clients.admin.Admin.create(props)
     except Py4JJavaError as exc:
-        raise KafkaUnavailable(f"Kafka at {source.bootstrap_servers}: {exc.java_exception.getMessage()}") from exc
+        raise failure(source, exc) from exc
     try:
         for _ in range(ATTEMPTS):
             before = {p: e["high_watermark"] for p, e in partition_ends(spark, source).items()}
@@ -73,9 +72,6 @@ def fetch_truth(spark: SparkSession, source: KafkaSource) -> TruthSnapshot:
             f"Kafka at {source.bootstrap_servers}: {source.topic} kept moving during {ATTEMPTS} truth snapshots"
         )
     except Py4JJavaError as exc:
-        cause = exc.java_exception
-        raise KafkaUnavailable(
-            f"Kafka at {source.bootstrap_servers}: {cause.getClass().getSimpleName()}: {cause.getMessage()}"
-        ) from exc
+        raise failure(source, exc) from exc
     finally:
         admin.close()

@@ -15,7 +15,16 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from croniter import croniter
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from pipelines.errors import ConfigError
 from pipelines.runtime.storage import check_root
@@ -71,14 +80,70 @@ class SparkSettings(_Model):
     conf: dict[str, str] = Field(default_factory=dict)
 
 
+SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI"]
+
+# settings this model owns: a pass-through property may not set them behind its back
+_OWNED = {
+    "bootstrap.servers",
+    "security.protocol",
+    "sasl.mechanism",
+    "ssl.truststore.location",
+    "ssl.truststore.password",
+    "ssl.truststore.type",
+    "ssl.keystore.location",
+    "ssl.keystore.password",
+    "ssl.keystore.type",
+    "ssl.key.password",
+}
+
+
 class Security(_Model):
+    """How the job's Kafka clients authenticate and encrypt (docs/security.md). Secrets come from
+    the environment (``${KAFKA_PASSWORD}``): :func:`load` refuses one written into a jobs.yaml
+    that others may read."""
+
     protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
-    sasl_mechanism: str | None = None
-    username: str | None = None
-    password: SecretStr | None = None
-    ssl_truststore_location: str | None = None
+    sasl_mechanism: SaslMechanism | None = None
+    username: str | None = Field(None, description="PLAIN and SCRAM: the user name")
+    password: SecretStr | None = Field(None, description="PLAIN and SCRAM: the password")
+    ssl_truststore_location: str | None = Field(None, description="the CAs that sign the brokers' certificates")
     ssl_truststore_password: SecretStr | None = None
-    extra: dict[str, SecretStr] = Field(default_factory=dict, description="more kafka.* client options")
+    ssl_truststore_type: Literal["PKCS12", "JKS", "PEM"] | None = None
+    ssl_keystore_location: str | None = Field(None, description="the client certificate and key (mutual TLS)")
+    ssl_keystore_password: SecretStr | None = None
+    ssl_keystore_type: Literal["PKCS12", "JKS", "PEM"] | None = None
+    ssl_key_password: SecretStr | None = None
+    properties: dict[str, SecretStr] = Field(
+        default_factory=dict,
+        validation_alias=AliasChoices("properties", "extra"),
+        description="any other Kafka client property, passed to every client as is (OAUTHBEARER, GSSAPI, "
+        "ssl.endpoint.identification.algorithm, …); values are treated as secrets",
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Security:
+        sasl = self.protocol.startswith("SASL_")
+        if sasl and self.sasl_mechanism is None:
+            raise ValueError(f"sasl_mechanism: required with protocol {self.protocol}")
+        if not sasl and (self.sasl_mechanism or self.username or self.password):
+            raise ValueError(f"sasl_mechanism, username, password: protocol {self.protocol} does not use SASL")
+        if not self.protocol.endswith("SSL") and (self.ssl_truststore_location or self.ssl_keystore_location):
+            raise ValueError(f"ssl_*: protocol {self.protocol} does not use TLS (SSL or SASL_SSL)")
+        if self.sasl_mechanism in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
+            if "sasl.jaas.config" not in self.properties and (self.username is None or self.password is None):
+                raise ValueError(f"username, password: required with sasl_mechanism {self.sasl_mechanism}")
+        elif self.sasl_mechanism is not None and (self.username or self.password):
+            raise ValueError(
+                f"username, password: not used by {self.sasl_mechanism}; configure it with properties "
+                "(sasl.jaas.config, sasl.login.callback.handler.class, …)"
+            )
+        owned = sorted(_OWNED & set(self.properties))
+        if owned:
+            raise ValueError(f"properties: {', '.join(owned)}: set by this section's own fields")
+        prefixed = sorted(k for k in self.properties if k.startswith("kafka."))
+        if prefixed:
+            raise ValueError(f"properties: {', '.join(prefixed)}: write Kafka's own name, without kafka.")
+        return self
 
 
 class EndOffsetsFile(_Model):
@@ -254,6 +319,36 @@ def _interpolate(value: Any, where: str) -> Any:
     return value
 
 
+_SECRET_FIELDS = ("password", "ssl_truststore_password", "ssl_keystore_password", "ssl_key_password")
+
+
+def _check_secrets(raw: dict[str, Any], path: Path) -> None:
+    """A secret written into jobs.yaml is refused unless only its owner can read the file (the
+    rule ssh and ~/.pgpass apply): jobs.yaml usually lives in a repository, secrets belong in the
+    environment (``${KAFKA_PASSWORD}``) or a file outside it."""
+    sources = raw.get("sources")
+    if not isinstance(sources, dict) or path.stat().st_mode & 0o077 == 0:
+        return
+    for name, src in sources.items():
+        sec = src.get("security") if isinstance(src, dict) else None
+        if not isinstance(sec, dict):
+            continue
+        props = sec.get("properties", sec.get("extra"))
+        fields = [(f, sec.get(f)) for f in _SECRET_FIELDS]
+        if isinstance(props, dict):
+            fields += [(f"properties.{k}", v) for k, v in props.items() if _SECRET_KEY.search(str(k))]
+        for field, value in fields:
+            if isinstance(value, str) and not _ENV.fullmatch(value.strip()):
+                raise ConfigError(
+                    f"{path}: sources.{name}.security.{field}: a secret written in jobs.yaml, which others "
+                    "may read: take it from the environment (${KAFKA_PASSWORD}) or make the file readable "
+                    "by its owner only (chmod 600) — docs/security.md"
+                )
+
+
+_SECRET_KEY = re.compile(r"(?i)password|secret|jaas|token|credential|key$")
+
+
 def _describe(err: ValidationError, path: Path) -> str:
     lines = []
     for e in err.errors():
@@ -273,6 +368,7 @@ def load(path: str | Path) -> JobsFile:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
+    _check_secrets(raw, path)
     try:
         return JobsFile.model_validate(_interpolate(raw, ""))
     except ValidationError as exc:

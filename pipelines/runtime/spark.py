@@ -91,7 +91,14 @@ def build_session(
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(os.environ.get("OFFSETS_SPARK_LOG_LEVEL", "WARN"))
+    level = os.environ.get("OFFSETS_SPARK_LOG_LEVEL", "WARN")
+    spark.sparkContext.setLogLevel(level)
+    if level.upper() in ("WARN", "ERROR", "FATAL", "OFF"):
+        # Kafka's client logs a refused login or TLS handshake as an ERROR with its stack trace,
+        # again on every retry; the run reports it once, as its error line (bronze/kafka_client.py)
+        log4j = spark._jvm.org.apache.logging.log4j  # type: ignore[attr-defined]
+        for logger in ("org.apache.kafka.clients.NetworkClient", "org.apache.kafka.clients.admin.internals"):
+            log4j.core.config.Configurator.setLevel(logger, log4j.Level.FATAL)
     if ship_package if ship_package is not None else not master.startswith("local"):
         spark.sparkContext.addPyFile(str(package_zip()))
     return spark

@@ -24,6 +24,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.harness.tls import Stores
+
 REPO = Path(__file__).resolve().parents[2]
 
 # Settings a test session needs; every one can be overridden (KafkaBroker(overrides=...)).
@@ -85,6 +87,47 @@ def free_port() -> int:
 
 
 @dataclass
+class Secured:
+    """Two more listeners beside PLAINTEXT (docs/security.md, tests/kafka/test_security.py):
+    SASL_SSL (SCRAM-SHA-512, SCRAM-SHA-256 and PLAIN; server-side TLS) and SSL requiring a client
+    certificate, with Kafka's StandardAuthorizer. The PLAINTEXT and controller listeners'
+    principal (User:ANONYMOUS) is a super user, so the scenarios and the harness run as before."""
+
+    stores: Stores
+    plain_users: Mapping[str, str] = field(default_factory=dict)  # PLAIN: user -> password
+    sasl_port: int = field(default_factory=free_port)
+    ssl_port: int = field(default_factory=free_port)
+
+    def settings(self) -> dict[str, str]:
+        st = self.stores
+        plain = " ".join(f'user_{u}="{p}"' for u, p in self.plain_users.items())
+        return {
+            "ssl.keystore.location": str(st.broker_keystore),
+            "ssl.keystore.password": st.password,
+            "ssl.key.password": st.password,
+            "ssl.keystore.type": "PKCS12",
+            "ssl.truststore.location": str(st.truststore),
+            "ssl.truststore.password": st.password,
+            "ssl.truststore.type": "PKCS12",
+            "listener.name.ssl.ssl.client.auth": "required",
+            # CN=reader,O=... -> User:reader
+            "ssl.principal.mapping.rules": "RULE:^CN=([^,]+).*$/$1/,DEFAULT",
+            "listener.name.sasl_ssl.sasl.enabled.mechanisms": "SCRAM-SHA-512,SCRAM-SHA-256,PLAIN",
+            "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": (
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+            ),
+            "listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config": (
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+            ),
+            "listener.name.sasl_ssl.plain.sasl.jaas.config": (
+                f"org.apache.kafka.common.security.plain.PlainLoginModule required {plain};"
+            ),
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": "User:ANONYMOUS",
+        }
+
+
+@dataclass
 class KafkaBroker:
     """One KRaft broker+controller. ``start()`` formats the storage on first use."""
 
@@ -94,11 +137,22 @@ class KafkaBroker:
     port: int = field(default_factory=free_port)
     controller_port: int = field(default_factory=free_port)
     libs: Path = field(default_factory=kafka_libs)
+    secured: Secured | None = None
     process: subprocess.Popen[bytes] | None = None
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def sasl_ssl_bootstrap(self) -> str:
+        assert self.secured is not None
+        return f"127.0.0.1:{self.secured.sasl_port}"
+
+    @property
+    def ssl_bootstrap(self) -> str:
+        assert self.secured is not None
+        return f"127.0.0.1:{self.secured.ssl_port}"
 
     @property
     def log_dir(self) -> Path:
@@ -121,6 +175,12 @@ class KafkaBroker:
             "log.dirs": str(self.log_dir),
             **DEFAULTS,
         }
+        if self.secured is not None:
+            sp, tp = self.secured.sasl_port, self.secured.ssl_port
+            s["listeners"] += f",SASL_SSL://127.0.0.1:{sp},SSL://127.0.0.1:{tp}"
+            s["advertised.listeners"] += f",SASL_SSL://127.0.0.1:{sp},SSL://127.0.0.1:{tp}"
+            s["listener.security.protocol.map"] += ",SASL_SSL:SASL_SSL,SSL:SSL"
+            s.update(self.secured.settings())
         s.update(self.overrides)
         return s
 

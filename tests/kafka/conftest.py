@@ -18,8 +18,14 @@ from typing import Any
 import pytest
 
 from pipelines.truth import TruthSnapshot
-from tests.harness.broker import KafkaBroker
+from tests.harness import principals
+from tests.harness.broker import KafkaBroker, Secured
 from tests.harness.scenarios import Harness, ScenarioResult, run_all
+from tests.harness.tls import Stores, make_stores
+
+# the secured listeners' principals (tests/kafka/test_security.py); the passwords are known on
+# purpose: the leak test searches every file a run wrote for them
+SASL_PASSWORDS = {"alice": "alice-Sasl-Secret-91c2", "bob": "bob-Sasl-Secret-5d7e", "mallory": "mallory-Secret-0b1f"}
 
 
 @dataclass
@@ -45,7 +51,9 @@ def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HarnessRun]:
     overrides = {}
     if n := os.environ.get("OFFSETS_TEST_OFFSETS_PARTITIONS"):
         overrides["offsets.topic.num.partitions"] = n
-    broker = KafkaBroker(tmp_path_factory.mktemp("kafka"), overrides=overrides).start()
+    stores = make_stores(tmp_path_factory.mktemp("stores"))
+    secured = Secured(stores, plain_users={"alice": SASL_PASSWORDS["alice"]})
+    broker = KafkaBroker(tmp_path_factory.mktemp("kafka"), overrides=overrides, secured=secured).start()
     try:
         h = Harness(broker)
         try:
@@ -88,6 +96,31 @@ def _take_evidence(harness: HarnessRun, tmp_path_factory: pytest.TempPathFactory
         if all(ends.get(p, 0) == o for p, o in snap.offsets_topic_end_offsets.items()):
             return Evidence(logs, snap)
     return None
+
+
+@dataclass
+class SecureCluster:
+    broker: KafkaBroker
+    stores: Stores
+    passwords: dict[str, str]
+
+
+@pytest.fixture(scope="session")
+def secure(harness: HarnessRun) -> SecureCluster:
+    """The tier broker's SASL_SSL and SSL listeners with their principals: alice may read the
+    offsets topic, describe every topic (end offsets) and every group (live truth); the
+    certificate CN=reader (User:reader) has what the live source needs (docs/security.md): READ
+    on the offsets topic, DESCRIBE on Spark's groups; bob only reads the offsets topic, without
+    the group ACL; mallory may do nothing."""
+    bootstrap = harness.broker.bootstrap
+    for user, password in SASL_PASSWORDS.items():
+        principals.add_scram_user(bootstrap, user, password)
+    rules = (principals.OFFSETS_READ, principals.TOPICS_DESCRIBE, principals.GROUPS_DESCRIBE)
+    principals.grant(bootstrap, "User:alice", rules)
+    principals.grant(bootstrap, "User:bob", [principals.OFFSETS_READ])
+    principals.grant(bootstrap, "User:reader", [principals.OFFSETS_READ, principals.SPARK_GROUPS_DESCRIBE])
+    assert harness.broker.secured is not None
+    return SecureCluster(harness.broker, harness.broker.secured.stores, dict(SASL_PASSWORDS))
 
 
 @pytest.fixture(scope="session")

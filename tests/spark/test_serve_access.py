@@ -9,8 +9,6 @@ and a bind beyond loopback without authentication is refused before anything sta
 
 from __future__ import annotations
 
-import datetime as dt
-import ipaddress
 import json
 import os
 import queue
@@ -34,6 +32,7 @@ from pipelines.runtime.passwords import set_user
 from pipelines.runtime.tables import LAYERS, load_specs
 from tests.spark.shared_lakehouse import SharedLakehouse
 from tests.support.store import free_port
+from tests.support.tls_pem import self_signed
 
 USER, PASSWORD, TOKEN = "analyst", "a-long-enough-secret", "connect-token-3f9a"  # beeline splits at spaces
 
@@ -71,35 +70,9 @@ def lakehouse(spark, shared_lakehouse: SharedLakehouse, tmp_path_factory: pytest
 @pytest.fixture(scope="module")
 def tls(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A self-signed certificate for 127.0.0.1, its key, and a Java trust store holding it."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
     base = tmp_path_factory.mktemp("tls")
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = dt.datetime.now(dt.timezone.utc)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    paths = {"cert": base / "cert.pem", "key": base / "key.pem", "trust": base / "trust.p12"}
-    paths["cert"].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    paths["key"].write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
+    cert, key = self_signed(base)
+    paths = {"cert": cert, "key": key, "trust": base / "trust.p12"}
     keytool = ["keytool", "-importcert", "-noprompt", "-alias", "lakehouse", "-file", str(paths["cert"])]
     keytool += ["-keystore", str(paths["trust"]), "-storetype", "PKCS12", "-storepass", "changeit"]
     subprocess.run(keytool, check=True, capture_output=True)
