@@ -37,7 +37,7 @@ from pipelines.runtime.config import STAGES
 # Expectations: seconds) when they run, so that inspect, generate, --help and a bad jobs.yaml
 # answer without loading them.
 
-EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_QUALITY, EXIT_RUNNING = 0, 1, 2, 3, 4
+EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_QUALITY, EXIT_RUNNING, EXIT_REFUSED = 0, 1, 2, 3, 4, 5
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -1,10 +1,10 @@
 """What an orchestrator runs for a stage of a job, and what the command's exit code means for it.
 
 Pure Python (no Airflow, no Spark): the command line of one stage, and the verdict on its exit
-code (docs/cli.md): 0 done, 1 a failure worth retrying, 2 a configuration error and 3 a
-data-quality failure (neither gets better by retrying), 4 another run of the job holds its lock
-(this run has nothing to do: skipped). Any other code (a signal, a missing interpreter) is treated
-like 1.
+code (docs/cli.md): 0 done, 1 a failure worth retrying; 2 a configuration error, 3 a data-quality
+failure and 5 a Kafka cluster that refused the job (none gets better by retrying); 4 another run
+of the job holds its lock (this run has nothing to do: skipped). Any other code (a signal, a
+missing interpreter) is treated like 1.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ EXIT_CODES: dict[int, tuple[Action, str]] = {
     2: ("fail", "configuration error"),
     3: ("fail", "data-quality failure"),
     4: ("skip", "another run of this job is in progress"),
+    5: ("fail", "Kafka refused the job (login, certificate, TLS or ACLs)"),
 }
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.cli.main import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, EXIT_QUALITY, EXIT_RUNNING, cli
-from pipelines.errors import ConfigError, OffsetsLakehouseError, SourceNotFound
+from pipelines.cli.main import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, EXIT_QUALITY, EXIT_REFUSED, EXIT_RUNNING, cli
+from pipelines.errors import ConfigError, KafkaAccessDenied, OffsetsLakehouseError, SourceNotFound
 from pipelines.orchestrate.commands import cli_bin, config_path, stage_command, verdict
 from pipelines.orchestrate.dags import dag_id, task_plan
 from pipelines.runtime.config import load
@@ -41,6 +41,9 @@ def test_exit_codes_follow_the_cli() -> None:
     assert quality.action == "fail" and "offsets-lakehouse quality report -c jobs.yaml" in quality.message
     assert "gold.current_offsets.x" in quality.message
     assert verdict(EXIT_RUNNING, "j", "bronze", config).action == "skip"
+    refused = verdict(EXIT_REFUSED, "j", "bronze", config, error="Kafka at b:9094 refused the SCRAM-SHA-512 login")
+    assert KafkaAccessDenied.exit_code == EXIT_REFUSED
+    assert refused.action == "fail" and "not retried" in refused.message and "SCRAM-SHA-512" in refused.message
     # killed by a signal, or anything the CLI does not document: a failure worth retrying
     assert verdict(-9, "j", "gold", config).action == "retry" and "signal 9" in verdict(-9, "j", "gold", config).message
     assert verdict(137, "j", "gold", config).action == "retry"
