@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -48,15 +49,21 @@ def run(
     kill_after: float = 0.0,
     *extra: str,
     command: str = "run",
+    kill_at: str | None = None,
 ) -> int:
     """Run job ``j`` of ``config`` (``offsets-lakehouse <command> j``) in a new process group;
-    returns its exit code. ``fault``: the fault point that ends it; ``kill_on``: SIGKILL the whole
-    group (driver and JVM) ``kill_after`` seconds after that text appears in its log."""
+    returns its exit code. ``fault``: the fault point that ends it; ``kill_at``: the fault point
+    where the whole group (driver and JVM) is SIGKILLed, the run paused there (runtime/faults.py's
+    hook) so the kill lands exactly there; ``kill_on``: SIGKILL the group ``kill_after`` seconds
+    after that text appears in its log (timing: the long tier's kill loop)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("OFFSETS_FAULT", None)
+    env.pop("OFFSETS_FAULT_HOOK", None)
     if fault:
         env["OFFSETS_FAULT"] = fault
     cmd = [sys.executable, "-m", "pipelines.cli.main", command, "j", "-c", str(config), "--json", *extra]
+    if kill_at is not None:
+        return _kill_at(cmd, env, kill_at, config.parent / "killed-run.log")
     proc = subprocess.Popen(
         cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
@@ -74,6 +81,24 @@ def run(
     with contextlib.suppress(ProcessLookupError):  # it may have finished on its own meanwhile
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=60)
+    return proc.returncode
+
+
+def _kill_at(cmd: list[str], env: dict[str, str], point: str, log: Path) -> int:
+    with socket.create_server(("127.0.0.1", 0)) as server, log.open("w") as out:
+        env = {**env, "OFFSETS_FAULT": point, "OFFSETS_FAULT_HOOK": f"127.0.0.1:{server.getsockname()[1]}"}
+        # output to a file: a pipe nobody reads while the run waits at the point could fill up
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=out, start_new_session=True)
+        server.settimeout(300)
+        try:
+            conn, _ = server.accept()
+        except TimeoutError:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise AssertionError(f"the run never reached {point}:\n{log.read_text()[-3000:]}") from None
+        with conn:
+            assert conn.makefile().readline().strip() == point
+            os.killpg(proc.pid, signal.SIGKILL)  # while it waits for the answer, mid-stage
+        proc.wait(timeout=60)
     return proc.returncode
 
 

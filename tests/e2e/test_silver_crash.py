@@ -1,5 +1,5 @@
-"""A silver run killed by SIGKILL (driver and JVM) mid-write, then re-run, gives the silver tables a
-decode of everything in one go gives. The runs are real ``offsets-lakehouse run`` processes; the
+"""A silver run killed by SIGKILL (driver and JVM) between its tables' commits, then re-run, gives
+the silver tables a decode of everything in one go gives. The runs are real ``offsets-lakehouse run`` processes; the
 spark tier covers the named fault points in-process (tests/spark/test_silver_generated.py).
 """
 
@@ -27,8 +27,9 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_sigkill_mid_silver_then_rerun(spark, logs: Path, tmp_path: Path) -> None:
     config = jobs_file(tmp_path, logs, ["bronze", "silver"])
-    # bronze completes, silver is decoding or writing its tables when the process group dies
-    code = run(config, kill_on="silver: decoding", kill_after=12.0)
+    # bronze completes; silver has committed its first table, not the others, when the process
+    # group (driver and JVM) dies
+    code = run(config, kill_at="silver.after_first_table")
     assert code == -signal.SIGKILL
     tables = Tables(spark, str(tmp_path / "lakehouse"))
     assert progress_state(spark, tables)[1] is None, "killed before silver completed"

@@ -24,7 +24,8 @@ from typing import Any
 import pytest
 import yaml
 
-from pipelines.bronze.kafka_source import read_range, stored_positions
+from pipelines.bronze.kafka_client import check_access
+from pipelines.bronze.kafka_source import partition_ends, read_range, stored_positions
 from pipelines.errors import KafkaAccessDenied
 from pipelines.runner import Context, run_job
 from pipelines.runtime.config import KafkaSource
@@ -164,6 +165,23 @@ def test_live_job_through_each_secured_listener_equals_plaintext(secured_lake):
     assert len(rows["plaintext"]) > 1000
     assert rows["sasl"] == rows["plaintext"]
     assert rows["mtls"] == rows["plaintext"]
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "PLAIN"])
+def test_other_sasl_mechanisms_log_in(spark, secure, secrets_env, mechanism):
+    """SCRAM-SHA-512 carries the job above; the listener's other mechanisms get the same clients."""
+    security = {
+        **scram(secure, "alice"),
+        "sasl_mechanism": mechanism,
+        "password": secrets_env["ALICE_PASSWORD"],
+        "ssl_truststore_password": secrets_env["STORE_PASSWORD"],
+    }
+    source = KafkaSource.model_validate(
+        {"kind": "kafka", "cluster": "c", "bootstrap_servers": secure.broker.sasl_ssl_bootstrap, "security": security}
+    )
+    check_access(spark, source, groups=True)
+    ends = partition_ends(spark, source)
+    assert sum(e["high_watermark"] for e in ends.values()) > 1000
 
 
 def _refusals(secure: Any) -> dict[str, tuple[str, dict[str, Any], dict[str, Any], list[str]]]:
