@@ -11,6 +11,7 @@ import contextlib
 import json
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -406,9 +407,22 @@ def _gold(ctx: Context, sources: list[str], run_id: str, full_refresh: bool) -> 
         result.pending_rows,
         result.group_rows,
     )
+    for line in recomputed_summary(result.recomputed):
+        log.info("gold: %s", line)
     for why in result.recomputed:
-        log.info("gold: recomputed %s", why)
+        log.debug("gold: recomputed %s", why)
     return [result.to_json()]
+
+
+def recomputed_summary(recomputed: list[str]) -> list[str]:
+    """One line per reason (``50 partitions recomputed: first run``) for gold's ``cluster/partition:
+    why`` entries, most frequent first: a first run on 50 offsets partitions is one line at INFO,
+    each partition is listed at DEBUG."""
+    reasons = Counter(entry.split(": ", 1)[1] if ": " in entry else entry for entry in recomputed)
+    return [
+        f"{n} partition{'s' if n > 1 else ''} recomputed: {why}"
+        for why, n in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))
+    ]
 
 
 def _log_silver(result: Any) -> None:

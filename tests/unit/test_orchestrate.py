@@ -96,3 +96,14 @@ def test_parsing_the_jobs_imports_neither_spark_nor_airflow() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_gold_recomputations_are_one_line_per_reason() -> None:
+    from pipelines.runner import recomputed_summary
+
+    entries = [f"demo/{p}: first run" for p in range(50)] + ["demo/7: late data before offset 12", "b/0: first run"]
+    assert recomputed_summary(entries) == [
+        "51 partitions recomputed: first run",
+        "1 partition recomputed: late data before offset 12",
+    ]
+    assert recomputed_summary([]) == []
