@@ -30,7 +30,7 @@ from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from pipelines.bronze.kafka_client import TIMEOUT_S, KafkaUnavailable, failure, java_properties
+from pipelines.bronze.kafka_client import TIMEOUT_S, KafkaUnavailable, admin_client
 from pipelines.errors import InputError, SourceNotFound
 from pipelines.runtime import lake
 from pipelines.runtime.config import EndOffsetsAdmin, EndOffsetsFile
@@ -165,27 +165,8 @@ def fetch_admin(
     with an error): their end offset stays unknown."""
     if not partitions:
         return [], []
-    jvm = spark._jvm  # type: ignore[attr-defined]
-    # the admin client refuses an API timeout below the request timeout (30 s by default)
-    props = java_properties(
-        spark,
-        source,
-        **{
-            "client.id": "offsets-lakehouse-end-offsets",
-            "default.api.timeout.ms": str(TIMEOUT_S * 1000),
-            "request.timeout.ms": str(TIMEOUT_S * 1000),
-        },
-    )
-    try:
-        admin = jvm.org.apache.kafka.clients.admin.Admin.create(props)
-    except Py4JJavaError as exc:  # a bad client setting: its cause says which
-        raise failure(source, exc) from exc
-    try:
-        return _list_offsets(jvm, admin, source, partitions)
-    except Py4JJavaError as exc:  # listTopics: the cluster did not answer, or refused us
-        raise failure(source, exc) from exc
-    finally:
-        admin.close()
+    with admin_client(spark, source, "offsets-lakehouse-end-offsets") as admin:
+        return _list_offsets(spark._jvm, admin, source, partitions)  # type: ignore[attr-defined]
 
 
 def _list_offsets(

@@ -34,6 +34,7 @@ __all__ = [
     "TIMEOUT_S",
     "KafkaAccessDenied",
     "KafkaUnavailable",
+    "admin_client",
     "check_access",
     "client_options",
     "java_properties",
@@ -279,29 +280,26 @@ def check_access(spark: SparkSession, source: KafkaSource, *, groups: bool = Fal
     Raises a :class:`KafkaAccessDenied` naming the cause and the ACL to grant, or
     :class:`KafkaUnavailable`."""
     _check_stores(spark, source)
-    with _admin(spark, source) as admin:
+    with admin_client(spark, source, "offsets-lakehouse-check") as admin:
         jvm = spark._jvm  # type: ignore[attr-defined]
         unit = jvm.java.util.concurrent.TimeUnit.SECONDS
-        try:
-            options = jvm.org.apache.kafka.clients.admin.DescribeTopicsOptions().includeAuthorizedOperations(True)
-            topics = jvm.java.util.Collections.singletonList(source.topic)
-            described = admin.describeTopics(topics, options).allTopicNames().get(TIMEOUT_S, unit)
-            allowed = described.get(source.topic).authorizedOperations()
-            # null: the broker did not say (no authorizer, or an old broker); the run finds out itself
-            if allowed is not None:
-                names = {str(op.name()) for op in allowed}
-                missing = [op for op in ("READ", "DESCRIBE") if op not in names]
-                if missing:
-                    raise KafkaAccessDenied(
-                        f"Kafka at {source.bootstrap_servers}: {_principal(source)} may not "
-                        f"{' or '.join(missing)} topic {source.topic}: grant it READ and DESCRIBE on topic "
-                        f"{source.topic} (kafka-acls --add …; docs/security.md)"
-                    )
-            _probe_group(admin, unit, source, SPARK_PROBE_GROUP)
-            if groups:
-                _probe_group(admin, unit, source, ANY_PROBE_GROUP)
-        except Py4JJavaError as exc:
-            raise failure(source, exc) from exc
+        options = jvm.org.apache.kafka.clients.admin.DescribeTopicsOptions().includeAuthorizedOperations(True)
+        topics = jvm.java.util.Collections.singletonList(source.topic)
+        described = admin.describeTopics(topics, options).allTopicNames().get(TIMEOUT_S, unit)
+        allowed = described.get(source.topic).authorizedOperations()
+        # null: the broker did not say (no authorizer, or an old broker); the run finds out itself
+        if allowed is not None:
+            names = {str(op.name()) for op in allowed}
+            missing = [op for op in ("READ", "DESCRIBE") if op not in names]
+            if missing:
+                raise KafkaAccessDenied(
+                    f"Kafka at {source.bootstrap_servers}: {_principal(source)} may not "
+                    f"{' or '.join(missing)} topic {source.topic}: grant it READ and DESCRIBE on topic "
+                    f"{source.topic} (kafka-acls --add …; docs/security.md)"
+                )
+        _probe_group(admin, unit, source, SPARK_PROBE_GROUP)
+        if groups:
+            _probe_group(admin, unit, source, ANY_PROBE_GROUP)
 
 
 def _probe_group(admin: Any, unit: Any, source: KafkaSource, group: str) -> None:
@@ -328,13 +326,16 @@ def _probe_group(admin: Any, unit: Any, source: KafkaSource, group: str) -> None
 
 
 @contextlib.contextmanager
-def _admin(spark: SparkSession, source: KafkaSource) -> Iterator[Any]:
+def admin_client(spark: SparkSession, source: KafkaSource, client_id: str) -> Iterator[Any]:
+    """A JVM Admin client with the source's settings and our timeouts, closed on exit; a py4j
+    error from creating it or from the block becomes :func:`failure`'s exception."""
     jvm = spark._jvm  # type: ignore[attr-defined]
+    # the admin client refuses an API timeout below the request timeout (30 s by default)
     props = java_properties(
         spark,
         source,
         **{
-            "client.id": "offsets-lakehouse-check",
+            "client.id": client_id,
             "default.api.timeout.ms": str(TIMEOUT_S * 1000),
             "request.timeout.ms": str(TIMEOUT_S * 1000),
         },
@@ -345,6 +346,8 @@ def _admin(spark: SparkSession, source: KafkaSource) -> Iterator[Any]:
         raise failure(source, exc) from exc
     try:
         yield admin
+    except Py4JJavaError as exc:  # the cluster did not answer, or refused us
+        raise failure(source, exc) from exc
     finally:
         admin.close()
 

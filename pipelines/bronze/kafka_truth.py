@@ -13,10 +13,9 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
-from pipelines.bronze.kafka_client import TIMEOUT_S, KafkaUnavailable, failure, java_properties
+from pipelines.bronze.kafka_client import TIMEOUT_S, KafkaUnavailable, admin_client
 from pipelines.bronze.kafka_source import partition_ends
 from pipelines.truth import CommittedOffset, Group, TruthSnapshot
 
@@ -27,14 +26,8 @@ ATTEMPTS = 5
 
 
 def fetch_truth(spark: SparkSession, source: KafkaSource) -> TruthSnapshot:
-    jvm = spark._jvm  # type: ignore[attr-defined]
-    props = java_properties(spark, source, **{"client.id": "offsets-lakehouse-truth"})
-    unit = jvm.java.util.concurrent.TimeUnit.SECONDS
-    try:
-        admin = jvm.org.apache.kafka.clients.admin.Admin.create(props)
-    except Py4JJavaError as exc:
-        raise failure(source, exc) from exc
-    try:
+    unit = spark._jvm.java.util.concurrent.TimeUnit.SECONDS  # type: ignore[attr-defined]
+    with admin_client(spark, source, "offsets-lakehouse-truth") as admin:
         for _ in range(ATTEMPTS):
             before = {p: e["high_watermark"] for p, e in partition_ends(spark, source).items()}
             groups = []
@@ -71,7 +64,3 @@ def fetch_truth(spark: SparkSession, source: KafkaSource) -> TruthSnapshot:
         raise KafkaUnavailable(
             f"Kafka at {source.bootstrap_servers}: {source.topic} kept moving during {ATTEMPTS} truth snapshots"
         )
-    except Py4JJavaError as exc:
-        raise failure(source, exc) from exc
-    finally:
-        admin.close()

@@ -12,13 +12,11 @@ import csv
 import io
 import json
 import os
-import queue
 import re
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +31,7 @@ from pipelines.runtime.jars import pyspark_jars_dir
 from pipelines.runtime.tables import load_specs, load_views
 from tests.spark.shared_lakehouse import SharedLakehouse
 from tests.support.rows import sorted_rows, spark_rows
+from tests.support.serve import ready_line
 
 OFFSETS_QUERY = (
     "SELECT group_id, topic, `partition`, committed_offset, metadata, deleted, delete_cause "
@@ -89,14 +88,8 @@ def served(lakehouse: Context) -> Iterator[Served]:
         stderr=stderr,
         text=True,
     )
-    lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
-    try:
-        ready = lines.get(timeout=300)
-    except queue.Empty:
-        proc.kill()
-        pytest.fail("serve did not get ready: " + (lakehouse.base_dir / "serve.stderr").read_text()[-3000:])
-    yield Served(proc, thrift, connect, ready.strip())
+    ready = ready_line(proc, lakehouse.base_dir / "serve.stderr")
+    yield Served(proc, thrift, connect, ready)
     if proc.poll() is None:
         proc.kill()
     stderr.close()

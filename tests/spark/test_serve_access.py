@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import re
 import subprocess
 import sys
 import tempfile
 import textwrap
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,6 +29,7 @@ from pipelines.runtime.jars import pyspark_jars_dir
 from pipelines.runtime.passwords import set_user
 from pipelines.runtime.tables import LAYERS, load_specs
 from tests.spark.shared_lakehouse import SharedLakehouse
+from tests.support.serve import ready_line
 from tests.support.store import free_port
 from tests.support.tls_pem import self_signed
 
@@ -98,14 +97,8 @@ def served(lakehouse: Context, tls: dict[str, Path]) -> Iterator[Served]:
     cmd += ["--passwords", str(passwords), "--token-file", str(token)]
     cmd += ["--tls-cert", str(tls["cert"]), "--tls-key", str(tls["key"])]
     proc = subprocess.Popen(cmd, cwd=lakehouse.base_dir, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True)
-    lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
-    try:
-        ready = lines.get(timeout=300)
-    except queue.Empty:
-        proc.kill()
-        pytest.fail("serve did not get ready: " + (lakehouse.base_dir / "serve.stderr").read_text()[-3000:])
-    yield Served(thrift, connect, ready.strip())
+    ready = ready_line(proc, lakehouse.base_dir / "serve.stderr")
+    yield Served(thrift, connect, ready)
     proc.kill()
     proc.wait()
     stderr.close()
