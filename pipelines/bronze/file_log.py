@@ -23,7 +23,7 @@ them to the insert-only MERGE, which inserts nothing twice.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -128,7 +128,9 @@ def ranges(plans: Iterable[FilePlan], split_bytes: int) -> list[ByteRange]:
         assert seg.partition is not None  # checked when listed (ingest._cluster_of)
         for start in range(p.start, seg.size, split_bytes):
             end = min(start + split_bytes, seg.size)
-            out.append(ByteRange(seg.uri, start, end, seg.partition, seg.is_last, seg.index_uri, p.start))
+            out.append(
+                ByteRange(seg.uri, start, end, seg.partition, seg.is_last, seg.index_uri, p.start, *seg.listed_as())
+            )
     return out
 
 
@@ -140,14 +142,26 @@ def counts(plans: Iterable[FilePlan]) -> dict[str, int]:
 
 # -- what was read (pure) ----------------------------------------------------------------------------
 def logged_after(
-    plans: Iterable[FilePlan], progress: Iterable[dict[str, Any]], source: str, run_id: str
+    plans: Iterable[FilePlan],
+    progress: Iterable[dict[str, Any]],
+    source: str,
+    run_id: str,
+    changed: Collection[str] = (),
 ) -> list[FileState]:
     """The log's rows for this source after the run: the files listed now (rows of unchanged files
-    kept as they were), each read file advanced by its ranges' progress rows."""
+    kept as they were), each read file advanced by its ranges' progress rows. A file that changed
+    after it was listed keeps its previous row (none if it had none): the next run plans it again."""
     by_uri: dict[str, list[dict[str, Any]]] = {}
     for row in progress:
         by_uri.setdefault(row["source_uri"], []).append(row)
-    return [_after(p, _in_file_order(by_uri.get(p.segment.uri, [])), source, run_id) for p in plans]
+    out = []
+    for p in plans:
+        if p.segment.uri in changed:
+            if p.previous is not None:
+                out.append(p.previous)
+            continue
+        out.append(_after(p, _in_file_order(by_uri.get(p.segment.uri, [])), source, run_id))
+    return out
 
 
 def _in_file_order(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

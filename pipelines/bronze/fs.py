@@ -14,12 +14,14 @@ of data that exists (or existed) in a regular segment.
 from __future__ import annotations
 
 import fnmatch
+import os
 import posixpath
 import re
 from dataclasses import dataclass
 
 from pyarrow import fs
 
+from pipelines.codec.errors import Reason
 from pipelines.codec.reader import entry_crc
 from pipelines.codec.segments import PARTITION_DIR, SEGMENT_FILE, parse_offset_index
 from pipelines.errors import SourceNotFound
@@ -36,6 +38,11 @@ class RemoteSegment:
     is_last: bool
     index_uri: str | None
     mtime_ns: int | None = None  # modification time, when the filesystem reports one
+    identity: str | None = None  # a local file's "device:inode" (a swapped-in file has another)
+
+    def listed_as(self) -> tuple[int, int | None, str | None]:
+        """What a read compares the file with (ListedFile): size, modification time, identity."""
+        return self.size, self.mtime_ns, self.identity
 
 
 def _join(uri: str, path: str) -> str:
@@ -65,7 +72,7 @@ def _glob_matches(path: str, pattern: str) -> bool:
 
 def list_segments(uris: list[str]) -> list[RemoteSegment]:
     """Segment files under the given paths, globs or files, in (directory, base offset) order."""
-    found: dict[str, tuple[int, str, int | None]] = {}  # path -> (size, uri root, mtime)
+    found: dict[str, tuple[int, str, int | None, str | None]] = {}  # path -> (size, uri root, mtime, identity)
     for raw in uris:
         filesys, path = filesystem(raw)
         glob = any(ch in path for ch in "*?[")
@@ -88,7 +95,7 @@ def list_segments(uris: list[str]) -> list[RemoteSegment]:
             name = posixpath.basename(e.path)
             parent = posixpath.basename(posixpath.dirname(e.path))
             if SEGMENT_FILE.match(name) and (PARTITION_DIR.match(parent) or info.type == fs.FileType.File):
-                found[e.path] = (e.size, raw, e.mtime_ns)
+                found[e.path] = (e.size, raw, e.mtime_ns, _identity(filesys, e.path))
     by_dir: dict[str, list[tuple[int, str]]] = {}
     for path in found:
         by_dir.setdefault(posixpath.dirname(path), []).append((int(posixpath.basename(path)[:20]), path))
@@ -97,12 +104,24 @@ def list_segments(uris: list[str]) -> list[RemoteSegment]:
         segs = sorted(by_dir[directory])
         m = PARTITION_DIR.match(posixpath.basename(directory))
         for i, (base, path) in enumerate(segs):
-            size, raw, mtime_ns = found[path]
+            size, raw, mtime_ns, identity = found[path]
             index = path[:-4] + ".index"
             partition = int(m.group(1)) if m else None
             uri, index_uri = _join(raw, path), _join(raw, index)
-            out.append(RemoteSegment(uri, size, partition, base, i == len(segs) - 1, index_uri, mtime_ns))
+            out.append(RemoteSegment(uri, size, partition, base, i == len(segs) - 1, index_uri, mtime_ns, identity))
     return out
+
+
+def _identity(filesys: fs.FileSystem, path: str) -> str | None:
+    """A local file's device and inode: the log cleaner swaps a compacted copy in under the same
+    name (a rename), which only the inode tells apart from the file that was listed."""
+    if not isinstance(filesys, fs.LocalFileSystem):
+        return None
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None  # gone since the listing: the read reports it
+    return f"{st.st_dev}:{st.st_ino}"
 
 
 class ArrowFileSource:
@@ -121,6 +140,94 @@ class ArrowFileSource:
         self.file.close()
 
 
+class FileChanged(Exception):
+    """The file under a listed name is not the file that was listed any more."""
+
+    def __init__(self, reason: Reason, detail: str) -> None:
+        super().__init__(f"{reason.value}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+class ListedFile:
+    """A segment file opened for reading as it was listed (``size``, ``mtime_ns``, ``identity``).
+
+    :meth:`check` raises :class:`FileChanged` when the file is no longer the one listed: deleted
+    (retention, or the cleaner's ``.deleted`` step), swapped for a compacted copy (the cleaner's
+    rename, seen locally as another inode), or shorter than listed (a broker truncating its log
+    after an unclean leader election). Growth is not a change on a local disk: a segment only
+    grows by appending, so the listed bytes are still what they were; reading stops at the listed
+    size and the next run reads the rest. On an object store any other size or modification time
+    is a change: an object is rewritten whole, and only reading it tells a longer copy of the same
+    bytes from a compacted one — the next run does that (pipelines/bronze/file_log.py).
+
+    Locally the check is made on the open descriptor: a file opened before a swap or a delete
+    still reads what was listed, which is consistent."""
+
+    def __init__(self, uri: str, size: int | None = None, mtime_ns: int | None = None, identity: str | None = None):
+        self.uri, self.listed = uri, (size, mtime_ns, identity)
+        self.filesys, self.path = filesystem(uri)
+        self.fd: int | None = None
+        try:
+            if isinstance(self.filesys, fs.LocalFileSystem):
+                self.fd = os.open(self.path, os.O_RDONLY)
+                self.size = os.fstat(self.fd).st_size
+            else:
+                self.file = self.filesys.open_input_file(self.path)
+                self.size = self.file.size()
+        except FileNotFoundError:
+            raise FileChanged(Reason.FILE_DELETED, "deleted after it was listed") from None
+        try:
+            self.check()
+        except FileChanged:
+            self.close()
+            raise
+
+    def read_at(self, pos: int, n: int) -> bytes:
+        if self.fd is not None:
+            return os.pread(self.fd, n, pos)
+        data = self.file.read_at(min(n, max(0, self.size - pos)), pos)
+        return data if isinstance(data, bytes) else data.to_pybytes()
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+        elif hasattr(self, "file"):
+            self.file.close()
+
+    def current_size(self) -> int:
+        """The file's size now (locally through the open descriptor)."""
+        if self.fd is not None:
+            return os.fstat(self.fd).st_size
+        info = self.filesys.get_file_info(self.path)
+        return info.size if info.type == fs.FileType.File else 0
+
+    def check(self) -> None:
+        """Raise :class:`FileChanged` unless this is still the file that was listed."""
+        size, mtime_ns, identity = self.listed
+        if size is None:
+            return  # not opened from a listing (an ad hoc read): nothing to compare with
+        if self.fd is not None:
+            st = os.fstat(self.fd)
+            found = f"{st.st_dev}:{st.st_ino}"
+            if identity is not None and found != identity:
+                detail = f"another file under its name (inode {identity} listed, {found} read)"
+                raise FileChanged(Reason.FILE_REPLACED, detail)
+            if st.st_size < size:
+                raise FileChanged(Reason.FILE_TRUNCATED, f"{size} bytes when listed, {st.st_size} when read")
+            return
+        info = self.filesys.get_file_info(self.path)
+        if info.type != fs.FileType.File:
+            raise FileChanged(Reason.FILE_DELETED, "deleted after it was listed")
+        if info.size < size:
+            raise FileChanged(Reason.FILE_TRUNCATED, f"{size} bytes when listed, {info.size} when read")
+        if info.size != size or (mtime_ns is not None and info.mtime_ns != mtime_ns):
+            raise FileChanged(
+                Reason.FILE_REPLACED, f"rewritten after it was listed ({size} bytes listed, {info.size} when read)"
+            )
+
+
 def read_index_positions(uri: str | None) -> list[int]:
     """Batch start positions from a segment's .index file, if it exists (hints only)."""
     if not uri:
@@ -128,13 +235,20 @@ def read_index_positions(uri: str | None) -> list[int]:
     filesys, path = filesystem(uri)
     if filesys.get_file_info(path).type != fs.FileType.File:
         return []
-    with filesys.open_input_file(path) as fh:
-        return [pos for _, pos in parse_offset_index(fh.read())]
+    try:
+        with filesys.open_input_file(path) as fh:
+            return [pos for _, pos in parse_offset_index(fh.read())]
+    except FileNotFoundError:
+        return []  # deleted with its segment since: the segment's read reports that
 
 
 def crc_at(uri: str, position: int) -> int | None:
-    """The CRC stored in the header of the entry at ``position`` of a file (one small read)."""
-    src = ArrowFileSource(uri)
+    """The CRC stored in the header of the entry at ``position`` of a file (one small read); None
+    when the file is gone (deleted since it was listed: planned as replaced, its read reports it)."""
+    try:
+        src = ArrowFileSource(uri)
+    except FileNotFoundError:
+        return None
     try:
         return entry_crc(src, position)
     finally:

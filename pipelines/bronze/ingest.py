@@ -12,6 +12,8 @@ which can lie past the last returned record) are stored in that very commit's me
 from __future__ import annotations
 
 import json
+import logging
+from collections import Counter
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
@@ -23,14 +25,16 @@ from pipelines.bronze import file_log
 from pipelines.bronze.dump_source import ingest_dump
 from pipelines.bronze.fs import RemoteSegment, crc_at, list_segments
 from pipelines.bronze.kafka_source import ingest_kafka
-from pipelines.bronze.segments_source import PROGRESS_COLUMNS, ByteRange, cluster_for, register
+from pipelines.bronze.segments_source import FILE_CHANGED, PROGRESS_COLUMNS, ByteRange, cluster_for, register
 from pipelines.bronze.sink import IngestResult, merge_issues, merge_records
 from pipelines.errors import InputError, SourceNotFound
+from pipelines.runtime import faults
 from pipelines.runtime.config import DumpSource, KafkaSource, SegmentsSource
 
 if TYPE_CHECKING:
     from pipelines.runtime.tables import Tables
 
+log = logging.getLogger(__name__)
 PROGRESS_ROW = ("cluster", "partition", "source_uri", *PROGRESS_COLUMNS)
 
 
@@ -54,8 +58,10 @@ def ingest_segments(
         ranges = file_log.ranges(plans, source.split_bytes)
     result.files = file_log.counts(plans)
     result.bytes_read = sum(r.end - r.start for r in ranges)
-    progress = _read(spark, tables, name, source, run_id, ranges, result) if ranges else []
-    after = file_log.logged_after(plans, progress, name, run_id)
+    faults.point("bronze.listed_before_read")  # where a test changes files under the reader
+    progress, changed = _read(spark, tables, name, source, run_id, ranges, result) if ranges else ([], set())
+    _note_changes(result, plans, progress, changed)
+    after = file_log.logged_after(plans, progress, name, run_id, changed)
     if file_log.changed(logged, after):  # after the data commit: a run killed before it reads again
         with result.steps("file log"):
             file_log.save(spark, log_path, name, after, tables.spec("bronze", "ingested_files"))
@@ -79,8 +85,9 @@ def _read(
     run_id: str,
     ranges: list[ByteRange],
     result: IngestResult,
-) -> list[dict[str, Any]]:
-    """Read the byte ranges into bronze (records, read issues); returns the ranges' progress rows."""
+) -> tuple[list[dict[str, Any]], set[str]]:
+    """Read the byte ranges into bronze (records, read issues); returns the ranges' progress rows
+    and the files that changed after they were listed."""
     raw = (
         spark.read.format("kafka_segments")
         .option("ranges", json.dumps([asdict(r) for r in ranges]))
@@ -92,16 +99,25 @@ def _read(
     raw = raw.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         with result.steps("read"):  # the first action materialises the persisted read
-            progress = [r.asDict() for r in raw.where("row_kind = 'progress'").select(*PROGRESS_ROW).collect()]
+            found = raw.where(f"row_kind = 'progress' OR issue_kind = '{FILE_CHANGED}'")
+            found = found.select("row_kind", *PROGRESS_ROW).collect()
+        # a file that is not the one listed any more: nothing read of it is kept (file_log keeps
+        # its previous row, so the next run plans it afresh, as if the change came before this run)
+        changed = {r["source_uri"] for r in found if r["row_kind"] == "issue"}
+        progress = [r.asDict() for r in found if r["row_kind"] == "progress" and r["source_uri"] not in changed]
         coverage = file_log.coverage(progress)
+        kept = raw.where(~F.col("source_uri").isin(sorted(changed))) if changed else raw
         records = (
-            raw.where("row_kind = 'record'")
+            kept.where("row_kind = 'record'")
             .withColumn("resolved_by_broker", F.lit(False))
             .withColumn("source_kind", F.lit("segments"))
             .withColumn("run_id", F.lit(run_id))
             .withColumn("ingested_at", F.current_timestamp())
         )
-        issues = raw.where("row_kind = 'issue'").select(
+        issues = raw.where(
+            F.col("row_kind").eqNullSafe("issue")
+            & (F.col("issue_kind").eqNullSafe(FILE_CHANGED) | ~F.col("source_uri").isin(sorted(changed)))
+        ).select(
             "cluster",
             "partition",
             "source_uri",
@@ -126,7 +142,25 @@ def _read(
                 )
     finally:
         raw.unpersist()
-    return progress
+    return progress, changed
+
+
+def _note_changes(
+    result: IngestResult, plans: list[file_log.FilePlan], progress: list[dict[str, Any]], changed: set[str]
+) -> None:
+    """Say in the run's notes (and log) which files changed under the reader, and which grew."""
+    if changed:
+        reasons = Counter(i["reason"] for i in result.issues if i["kind"] == FILE_CHANGED)
+        what = ", ".join(f"{n} {r}" for r, n in sorted(reasons.items()))
+        note = f"{len(changed)} file(s) changed after they were listed ({what}): not kept, read again next run"
+        result.notes.append(note)
+        log.warning("bronze: %s", note)
+    listed = {p.segment.uri: p.segment.size for p in plans}
+    grew = {r["source_uri"] for r in progress if (r["size_seen"] or 0) > listed.get(r["source_uri"], 0)}
+    if grew:
+        note = f"{len(grew)} file(s) grew while read: read up to their listed size, the rest next run"
+        result.notes.append(note)
+        log.info("bronze: %s", note)
 
 
 def ingest_source(

@@ -39,7 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from pipelines.bronze.fs import ArrowFileSource, list_segments, read_index_positions
+from pipelines.bronze.fs import FileChanged, ListedFile, list_segments, read_index_positions
 from pipelines.codec.columnar_reader import CHUNK_BYTES, LogColumns, iter_log_columns
 from pipelines.codec.compression import CODEC_NAMES
 from pipelines.codec.reader import ReadIssue, find_batch_start
@@ -54,7 +54,7 @@ SCHEMA_DDL = (
     "control boolean, partition_leader_epoch int, base_offset bigint, batch_position bigint, source_uri string, "
     "content_hash string, issue_length bigint, issue_kind string, issue_reason string, issue_detail string, "
     "last_segment boolean, range_start bigint, consumed bigint, records bigint, first_offset bigint, "
-    "last_offset bigint, offsets_ordered boolean, fingerprint_position bigint, fingerprint_crc bigint"
+    "last_offset bigint, offsets_ordered boolean, fingerprint_position bigint, fingerprint_crc bigint, size_seen bigint"
 )
 # columns of the 'progress' rows only (null in the others)
 PROGRESS_COLUMNS = (
@@ -66,7 +66,9 @@ PROGRESS_COLUMNS = (
     "offsets_ordered",
     "fingerprint_position",
     "fingerprint_crc",
+    "size_seen",
 )
+FILE_CHANGED = "file_changed"  # the issue kind of a range whose file is not the one listed
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,10 @@ class ByteRange:
     is_last: bool
     index_uri: str | None
     boundary: int = 0  # a batch boundary known at or before ``start`` (where a grown file's new bytes begin)
+    # the file as listed (fs.ListedFile): a read refuses another file under the same name
+    size: int | None = None
+    mtime_ns: int | None = None
+    identity: str | None = None
 
 
 class RangePartition(InputPartition):
@@ -123,8 +129,9 @@ def plan_ranges(paths: list[str], split_bytes: int) -> list[ByteRange]:
                 "(segments must sit in __consumer_offsets-<N> directories)"
             )
         for start in range(0, max(seg.size, 1), split_bytes):
+            end = min(start + split_bytes, seg.size)
             ranges.append(
-                ByteRange(seg.uri, start, min(start + split_bytes, seg.size), seg.partition, seg.is_last, seg.index_uri)
+                ByteRange(seg.uri, start, end, seg.partition, seg.is_last, seg.index_uri, 0, *seg.listed_as())
             )
     return ranges
 
@@ -221,6 +228,7 @@ class Progress:
     offsets_ordered: bool = True
     fingerprint_position: int | None = None
     fingerprint_crc: int | None = None
+    size_seen: int | None = None  # the file's size when the range was read (above the listed size: it grew)
     previous: int | None = None  # the offset of the last record seen
 
     def chunk(self, part: LogColumns) -> None:
@@ -261,20 +269,32 @@ def read_range(
 ) -> Iterator[pa.RecordBatch]:
     """Bronze rows of the batches starting in ``r``, as pyarrow RecordBatches of at most
     ``rows_per_batch`` rows, ending with the range's progress row. The log is read
-    ``chunk_bytes`` at a time (iter_log_columns) and each chunk's rows are built column-wise."""
+    ``chunk_bytes`` at a time (iter_log_columns) and each chunk's rows are built column-wise.
+
+    A file that is not the one listed (deleted, swapped, truncated: fs.ListedFile) ends the range
+    with a ``file_changed`` issue row; the driver then drops what the run read of that file."""
     schema = arrow_schema()
     progress = Progress()
-    src = ArrowFileSource(r.uri)
+    try:
+        src = ListedFile(r.uri, r.size, r.mtime_ns, r.identity)
+    except FileChanged as changed:
+        yield pa.RecordBatch.from_pylist([_changed_row(changed, r, cluster)], schema=schema)
+        yield pa.RecordBatch.from_pylist([_progress_row(progress, r, cluster)], schema=schema)
+        return
     try:
         for part in _entries(src, r, chunk_bytes):
             progress.chunk(part)
             yield from _chunk_rows(part, r, cluster, schema).to_batches(max_chunksize=rows_per_batch)
+        src.check()  # after the read too: a truncation or swap while it ran
+        progress.size_seen = src.current_size()
+    except FileChanged as changed:
+        yield pa.RecordBatch.from_pylist([_changed_row(changed, r, cluster)], schema=schema)
     finally:
         src.close()
     yield pa.RecordBatch.from_pylist([_progress_row(progress, r, cluster)], schema=schema)
 
 
-def _entries(src: ArrowFileSource, r: ByteRange, chunk_bytes: int) -> Iterator[LogColumns]:
+def _entries(src: ListedFile, r: ByteRange, chunk_bytes: int) -> Iterator[LogColumns]:
     """The entries starting in ``r``: from its start when that is a known boundary, else from the
     first boundary found after it (the .index and the known boundary as hints)."""
     if r.start == r.boundary:
@@ -423,6 +443,23 @@ def _issue_row(issue: ReadIssue, r: ByteRange, cluster: str) -> dict[str, Any]:
         "issue_kind": kind,
         "issue_reason": issue.reason.value,
         "issue_detail": issue.detail,
+        "last_segment": r.is_last,
+        "control": False,
+    }
+
+
+def _changed_row(changed: FileChanged, r: ByteRange, cluster: str) -> dict[str, Any]:
+    return {
+        "row_kind": "issue",
+        "cluster": cluster,
+        "partition": r.partition,
+        "topic": TOPIC,
+        "batch_position": r.start,
+        "source_uri": r.uri,
+        "issue_length": r.end - r.start,
+        "issue_kind": FILE_CHANGED,
+        "issue_reason": changed.reason.value,
+        "issue_detail": changed.detail,
         "last_segment": r.is_last,
         "control": False,
     }

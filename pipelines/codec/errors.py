@@ -32,6 +32,11 @@ class Reason(str, Enum):
     BAD_RECORDS = "bad_records"  # records do not parse to the declared size/count
     TORN_TAIL = "torn_tail"  # incomplete entry at the end of a file (normal on a live copy)
 
+    # -- file level (a segment file that changed between its listing and its read) --
+    FILE_DELETED = "file_deleted"  # gone (retention, the log cleaner): read as listed next time it is listed
+    FILE_REPLACED = "file_replaced"  # another file under its name (the log cleaner's swap)
+    FILE_TRUNCATED = "file_truncated"  # shorter than listed (truncation after an unclean election)
+
 
 class DecodeError(Exception):
     """Structured decoding failure: a reason code, the byte position and a detail."""

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pytest
 
 from pipelines.bronze import segments_source
-from pipelines.bronze.fs import ArrowFileSource, read_index_positions
+from pipelines.bronze.fs import ArrowFileSource, ListedFile, read_index_positions
 from pipelines.bronze.segments_source import (
     PROGRESS_COLUMNS,
     TOPIC,
@@ -47,6 +47,7 @@ class ReferenceProgress:
         self.fingerprint_position = self.fingerprint_crc = self.previous = None
         self.records = 0
         self.offsets_ordered = True
+        self.size_seen: int | None = None  # the file's size when read
 
     def batch(self, b: Batch) -> None:
         self.consumed = b.end
@@ -78,6 +79,7 @@ def reference_table(r: ByteRange, cluster: str) -> pa.Table:
     rows: list[dict[str, Any]] = []
     progress = ReferenceProgress()
     src = ArrowFileSource(r.uri)
+    progress.size_seen = src.size
     try:
         for item in reference_entries(src, r):
             if isinstance(item, Batch):
@@ -344,13 +346,13 @@ def test_content_hashes_are_content_hash() -> None:
 def test_a_range_is_read_in_chunks_never_whole(generated_log: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     [r] = [r for r in plan_ranges([str(generated_log)], 1 << 40) if r.end > 100_000][:1]
     asked: list[int] = []
-    read_at = ArrowFileSource.read_at
+    read_at = ListedFile.read_at
 
-    def recording(self: ArrowFileSource, pos: int, n: int) -> bytes:
+    def recording(self: ListedFile, pos: int, n: int) -> bytes:
         asked.append(n)
         return read_at(self, pos, n)
 
-    monkeypatch.setattr(segments_source.ArrowFileSource, "read_at", recording)
+    monkeypatch.setattr(segments_source.ListedFile, "read_at", recording)
     table = columnar_table(r, "c1", chunk_bytes=8192)
     largest = max(iter_log(r.uri), key=lambda b: b.size).size
     assert len(asked) > r.end // 8192 // 2 and max(asked) <= max(8192, largest + 12)

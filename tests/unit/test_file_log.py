@@ -72,9 +72,9 @@ def test_a_file_not_in_the_log_is_read_whole() -> None:
     plan = plan_one(segment(500), None, crcs)
     assert (plan.action, plan.start) == ("new", 0) and not crcs.asked
     assert ranges([plan], 200) == [
-        ByteRange(URI, 0, 200, 3, True, URI[:-4] + ".index", 0),
-        ByteRange(URI, 200, 400, 3, True, URI[:-4] + ".index", 0),
-        ByteRange(URI, 400, 500, 3, True, URI[:-4] + ".index", 0),
+        ByteRange(URI, 0, 200, 3, True, URI[:-4] + ".index", 0, 500, 100),
+        ByteRange(URI, 200, 400, 3, True, URI[:-4] + ".index", 0, 500, 100),
+        ByteRange(URI, 400, 500, 3, True, URI[:-4] + ".index", 0, 500, 100),
     ]
 
 
