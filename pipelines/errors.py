@@ -14,6 +14,7 @@ __all__ = [
     "JarResolutionError",
     "JobRunning",
     "KafkaAccessDenied",
+    "LakehouseUnwritable",
     "OffsetsLakehouseError",
     "SourceNotFound",
     "SourceUnavailable",
@@ -86,6 +87,14 @@ class UnsupportedTable(OffsetsLakehouseError, RuntimeError):
 class StoreError(OffsetsLakehouseError, RuntimeError):
     """The object store holding the lakehouse could not be reached, or refused a request (exit
     code 1: a later run, with the store back, continues where this one stopped)."""
+
+
+class LakehouseUnwritable(OffsetsLakehouseError, OSError):
+    """The lakehouse's storage refuses writes: its disk is full, or its permissions (or a
+    read-only mount) refuse the user running the job (exit code 6: a retry cannot help until
+    someone frees space or grants access; the next run then continues where this one stopped)."""
+
+    exit_code = 6
 
 
 class StageBusy(OffsetsLakehouseError, RuntimeError):

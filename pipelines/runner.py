@@ -43,6 +43,7 @@ from pipelines.runtime.config import (
     resolve_root,
 )
 from pipelines.runtime.lock import new_run_id, stage_lock
+from pipelines.runtime.resources import unwritable
 from pipelines.runtime.spark import build_session
 from pipelines.runtime.storage import S3Settings, is_object_store
 from pipelines.runtime.tables import Tables
@@ -191,8 +192,10 @@ def recorded_stage(ctx: Context, report: RunReport, stage: str) -> Iterator[Stag
         ctx.listener.stage_started(stage)
     try:
         yield sr
-    except Exception:
+    except Exception as exc:
         sr.status = "failed"
+        if (full_or_refused := unwritable(exc, ctx.root)) is not None:
+            raise full_or_refused from exc  # one line that says what to do, not Spark's task failure
         raise
     finally:
         sr.seconds = time.monotonic() - t0
@@ -203,10 +206,19 @@ def recorded_stage(ctx: Context, report: RunReport, stage: str) -> Iterator[Stag
             if sr.status != "failed":
                 raise
             # the stage's own error is the one to report (often the same cause: the store is gone)
-            log.warning("the failed %s stage could not be recorded in the run log: %s", stage, exc)
+            why = unwritable(exc, ctx.root) or _first_line(exc)
+            log.warning("the failed %s stage could not be recorded in the run log: %s", stage, why)
         finally:
             if ctx.listener is not None:
                 ctx.listener.stage_finished(sr)
+
+
+def _first_line(exc: BaseException) -> str:
+    """The line that says what went wrong (py4j puts the Java exception on the second)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].startswith("An error occurred while calling"):
+        return lines[1]
+    return lines[0] if lines else type(exc).__name__
 
 
 def run_job(

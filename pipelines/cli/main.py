@@ -2,7 +2,8 @@
 
 Exit codes (docs/cli.md): 0 ok, 1 failure (undecodable records, corrupt batches, a failed
 run), 2 bad arguments or configuration, 3 data-quality failure, 4 another run of the job is in
-progress (it holds the job's lock: nothing to do).
+progress (it holds the job's lock: nothing to do), 5 a Kafka cluster refused the job, 6 the
+lakehouse's storage refuses writes (a full disk, permissions).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from pipelines.runtime.config import STAGES
 # Expectations: seconds) when they run, so that inspect, generate, --help and a bad jobs.yaml
 # answer without loading them.
 
-EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_QUALITY, EXIT_RUNNING, EXIT_REFUSED = 0, 1, 2, 3, 4, 5
+EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_QUALITY, EXIT_RUNNING, EXIT_REFUSED, EXIT_UNWRITABLE = 0, 1, 2, 3, 4, 5, 6
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -325,7 +326,8 @@ def run(
     verbose: bool,
 ) -> None:
     """Run JOB from jobs.yaml (for Airflow/cron: exit 0 ok, 1 failure, 2 configuration, 3 data
-    quality, 4 another run of JOB is in progress)."""
+    quality, 4 another run of JOB is in progress, 5 Kafka refused the job, 6 the lakehouse's disk
+    is full or refuses writes)."""
     _setup_logging(verbose, log_format, log_file)
     with one_line_errors(verbose), _job_lock(config_path, job) as run_id:
         from pipelines.runner import Context, run_job

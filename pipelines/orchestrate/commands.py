@@ -40,6 +40,7 @@ EXIT_CODES: dict[int, tuple[Action, str]] = {
     3: ("fail", "data-quality failure"),
     4: ("skip", "another run of this job is in progress"),
     5: ("fail", "Kafka refused the job (login, certificate, TLS or ACLs)"),
+    6: ("fail", "the lakehouse's storage refuses writes (disk full, permissions)"),
 }
 
 

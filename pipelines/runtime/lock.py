@@ -39,6 +39,7 @@ from typing import Any
 
 from pipelines.errors import JobRunning, StageBusy, StoreError
 from pipelines.runtime.config import find_job, load, resolve_lock_dir, resolve_root
+from pipelines.runtime.resources import unwritable
 from pipelines.runtime.storage import S3Settings, check_conditional_writes, is_object_store, split_uri
 
 __all__ = [
@@ -106,8 +107,11 @@ def _read_holder(fd: int) -> Holder | None:
 def hold(path: Path, job: str, run_id: str, what: str | None = None) -> Iterator[Holder]:
     """Hold the lock file ``path`` for ``job`` while the block runs; :class:`JobRunning` (exit
     code 4) naming the holder when another process holds it (``what`` is running: "job JOB")."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # no O_TRUNC: the holder's info is read by others
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # no O_TRUNC: the holder's info is read by others
+    except OSError as exc:
+        raise unwritable(exc, str(path.parent)) or exc from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -127,8 +131,11 @@ def hold(path: Path, job: str, run_id: str, what: str | None = None) -> Iterator
                 state[left.alive()],
             )
         me = Holder(os.getpid(), socket.gethostname(), run_id, f"{datetime.now(timezone.utc):%Y-%m-%dT%H:%M:%SZ}")
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, (json.dumps(asdict(me)) + "\n").encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (json.dumps(asdict(me)) + "\n").encode(), 0)
+        except OSError as exc:  # a full disk: not even the holder's line fits
+            raise unwritable(exc, str(path.parent)) or exc from None
         try:
             yield me
         finally:

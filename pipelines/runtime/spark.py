@@ -10,6 +10,7 @@ package is shipped to them as a zip (``spark.submit.pyFiles``).
 from __future__ import annotations
 
 import os
+import warnings
 import sys
 import tempfile
 import zipfile
@@ -49,6 +50,17 @@ def package_zip() -> Path:
         for path in (repo / "schemas").rglob("*.yaml"):
             zf.write(path, Path("pipelines/_schemas") / path.relative_to(repo / "schemas"))
     return target
+
+
+QUIET_LOGGERS = (
+    "org.apache.kafka.clients.NetworkClient",
+    "org.apache.kafka.clients.admin.internals",
+    "org.apache.spark.executor.Executor",
+    "org.apache.spark.scheduler.TaskSetManager",
+    "org.apache.spark.util.Utils",
+    "org.apache.spark.sql.delta.files.DeltaFileFormatWriter",
+    "org.apache.spark.sql.execution.datasources.FileFormatWriter",
+)
 
 
 def build_session(
@@ -91,13 +103,17 @@ def build_session(
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    # pyspark warns once per thread that runs a query (silver and gold write tables in threads)
+    warnings.filterwarnings("ignore", message="Spark session is not provided", category=UserWarning)
     level = os.environ.get("OFFSETS_SPARK_LOG_LEVEL", "WARN")
     spark.sparkContext.setLogLevel(level)
     if level.upper() in ("WARN", "ERROR", "FATAL", "OFF"):
         # Kafka's client logs a refused login or TLS handshake as an ERROR with its stack trace,
-        # again on every retry; the run reports it once, as its error line (bronze/kafka_client.py)
+        # again on every retry, and a failed task (a full disk, a refused write) is logged by the
+        # task, its executor, the task set and the writer, each with the stack trace: the run
+        # reports it once, as its error line (the traceback with --verbose)
         log4j = spark._jvm.org.apache.logging.log4j  # type: ignore[attr-defined]
-        for logger in ("org.apache.kafka.clients.NetworkClient", "org.apache.kafka.clients.admin.internals"):
+        for logger in QUIET_LOGGERS:
             log4j.core.config.Configurator.setLevel(logger, log4j.Level.FATAL)
     if ship_package if ship_package is not None else not master.startswith("local"):
         spark.sparkContext.addPyFile(str(package_zip()))

@@ -10,8 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.cli.main import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, EXIT_QUALITY, EXIT_REFUSED, EXIT_RUNNING, cli
-from pipelines.errors import ConfigError, KafkaAccessDenied, OffsetsLakehouseError, SourceNotFound
+from pipelines.cli.main import (
+    EXIT_CONFIG,
+    EXIT_FAILURE,
+    EXIT_OK,
+    EXIT_QUALITY,
+    EXIT_REFUSED,
+    EXIT_RUNNING,
+    EXIT_UNWRITABLE,
+    cli,
+)
+from pipelines.errors import ConfigError, KafkaAccessDenied, LakehouseUnwritable, OffsetsLakehouseError, SourceNotFound
 from pipelines.orchestrate.commands import cli_bin, config_path, stage_command, verdict
 from pipelines.orchestrate.dags import dag_id, task_plan
 from pipelines.runtime.config import load
@@ -44,6 +53,11 @@ def test_exit_codes_follow_the_cli() -> None:
     refused = verdict(EXIT_REFUSED, "j", "bronze", config, error="Kafka at b:9094 refused the SCRAM-SHA-512 login")
     assert KafkaAccessDenied.exit_code == EXIT_REFUSED
     assert refused.action == "fail" and "not retried" in refused.message and "SCRAM-SHA-512" in refused.message
+    full = verdict(
+        EXIT_UNWRITABLE, "j", "silver", config, error="the lakehouse's disk is full (No space left on device)"
+    )
+    assert LakehouseUnwritable.exit_code == EXIT_UNWRITABLE
+    assert full.action == "fail" and "not retried" in full.message and "No space left" in full.message
     # killed by a signal, or anything the CLI does not document: a failure worth retrying
     assert verdict(-9, "j", "gold", config).action == "retry" and "signal 9" in verdict(-9, "j", "gold", config).message
     assert verdict(137, "j", "gold", config).action == "retry"
