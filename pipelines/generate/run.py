@@ -7,7 +7,9 @@ Output directory::
     generator-events.jsonl.gz  one line per coordinator operation: what the workload did
     generator-manifest.json    parameters and counts
 
-Same ``--records``/``--seed``/``--partitions`` -> byte-identical output.
+Same ``--records``/``--seed``/``--partitions`` -> byte-identical output. ``skew`` (opt-in,
+:class:`pipelines.generate.skew.Skew`) puts most records and millions of live keys into one
+partition and adds a huge classic group; without it the output is what it always was.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipelines.generate.logwriter import PartitionLogWriter
+from pipelines.generate.skew import Skew, SkewedWorkload
 from pipelines.generate.workload import Workload
 from pipelines.reference.replay import replay_paths
 
@@ -43,6 +46,7 @@ def generate(
     segment_bytes: int = 8 * 1024 * 1024,
     progress: Callable[[int], None] | None = None,
     overwrite: bool = False,
+    skew: Skew | None = None,
 ) -> GenerateResult:
     out = Path(out)
     if out.exists() and any(out.iterdir()):
@@ -50,7 +54,7 @@ def generate(
             raise FileExistsError(f"{out} is not empty (use --overwrite)")
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
-    wl = Workload(seed, records, partitions)
+    wl = Workload(seed, records, partitions) if skew is None else SkewedWorkload(seed, records, partitions, skew)
     writers = [PartitionLogWriter(out, p, segment_bytes) for p in range(partitions)]
     reported = 0
 
@@ -91,7 +95,9 @@ def generate(
     if replayed != intent:
         diff = sorted(set(replayed.items()) ^ set(intent.items()))[:10]
         raise AssertionError(f"reference replay disagrees with the generator's intent: {diff}")
-    (out / "expected-state.json").write_text(json.dumps(state, indent=1, sort_keys=True))
+    # streamed: the text of a skewed log's state (millions of keys) is never held whole
+    with open(out / "expected-state.json", "w") as f:
+        json.dump(state, f, indent=1, sort_keys=True)
     segments = sum(1 for _ in out.glob("__consumer_offsets-*/*.log"))
     manifest = {
         "generator": "offsets-lakehouse generate",
@@ -103,6 +109,8 @@ def generate(
         "segments": segments,
         "records_per_partition": {str(w.partition): w.records for w in writers},
     }
+    if isinstance(wl, SkewedWorkload):  # only then: an unskewed manifest stays byte for byte what it was
+        manifest["skew"] = wl.report()
     (out / "generator-manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True))
     return GenerateResult(
         out,
