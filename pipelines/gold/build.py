@@ -32,7 +32,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +41,7 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from pipelines.gold.buckets import buckets_for, iter_parquet, keep_bucket, read_bucket
 from pipelines.gold.engine import DEFAULT_RETENTION_MS, PartitionInput, PartitionReplay
 from pipelines.gold.events import SOURCE_TABLES, partition_events, read_schemas
 from pipelines.gold.lag import build_lag
@@ -87,6 +88,7 @@ class GoldResult:
     derived_rows: dict[str, int] = field(default_factory=dict)  # rows written per table
     purged: int = 0  # soft-deleted current_offsets rows past their retention, removed
     plan_source: str = ""  # change data feed, or a scan of silver (first run, feed unavailable)
+    bucketed: dict[str, int] = field(default_factory=dict)  # "cluster/partition" -> buckets, large partitions
     lag: dict[str, Any] = field(default_factory=dict)  # pipelines/gold/lag.py's report
     steps: Steps = field(default_factory=lambda: Steps("gold"))  # wall time per step
 
@@ -96,27 +98,33 @@ class GoldResult:
 
 # the replay's output: per processed partition, table and part (interval tables: closed, open), its
 # rows as one Arrow IPC stream — a few rows per partition to keep, and each write reads only its own
+# (a partition replayed in buckets, pipelines/gold/buckets.py: a row per bucket, ``bucket`` its index)
 OUTPUT_DDL = (
-    "cluster string, offsets_partition int, table string, part string, rows bigint, changed boolean, data binary"
+    "cluster string, offsets_partition int, bucket int, table string, part string, rows bigint, changed boolean, "
+    "data binary"
 )
 PROGRESS_TABLE = "progress"
 ALL, CLOSED, OPEN = "all", "closed", "open"
-TASK_DDL = "cluster string, offsets_partition int, applied bigint, files string"
+TASK_DDL = "cluster string, offsets_partition int, bucket int, buckets int, applied bigint, files string"
 
 
 @dataclass(frozen=True)
 class ReplayTask:
     """What one partition's replay reads: its silver files per source table (rows above ``after``
-    are replayed) and, when it resumes (``applied`` set), its persisted gold rows' files."""
+    are replayed) and, when it resumes (``applied`` set), its persisted gold rows' files. A large
+    partition is replayed in ``buckets`` tasks, this one taking the groups of bucket ``bucket``."""
 
     pair: Pair
     applied: int | None
     silver: dict[str, list[str]]
     gold: dict[str, list[str]]
     weight: int  # rows in its silver files (statistics): the size the tasks are balanced by
+    bucket: int = 0
+    buckets: int = 1
 
-    def row(self) -> tuple[str, int, int | None, str]:
-        return (*self.pair, self.applied, json.dumps({"silver": self.silver, "gold": self.gold}))
+    def row(self) -> tuple[str, int, int, int, int | None, str]:
+        files = json.dumps({"silver": self.silver, "gold": self.gold})
+        return (*self.pair, self.bucket, self.buckets, self.applied, files)
 
 
 def _tasks(spark: SparkSession, tables: Tables, plan: Plan) -> list[ReplayTask]:
@@ -145,7 +153,7 @@ def _tasks(spark: SparkSession, tables: Tables, plan: Plan) -> list[ReplayTask]:
     for pair in plan.pairs:
         applied = plan.incremental_from.get(pair)
         after = -1 if applied is None else applied
-        silver, gold, weight = {}, {}, 0
+        silver, gold, weight, size = {}, {}, 0, 0
         for table in SOURCE_TABLES:
             files = by_pair.get((f"silver.{table}", pair[0], str(pair[1])), [])
             # files whose statistics show no row above the applied offset are not read
@@ -153,6 +161,7 @@ def _tasks(spark: SparkSession, tables: Tables, plan: Plan) -> list[ReplayTask]:
             if keep:
                 silver[table] = [f.uri for f in keep]
                 weight += sum(f.rows or 0 for f in keep)
+                size += sum((f.rows or 0) // _span(f) for f in keep)
         if applied is not None:
             for table in GOLD_TABLES:
                 files = by_pair.get((f"gold.{table}", pair[0], str(pair[1])), [])
@@ -160,8 +169,17 @@ def _tasks(spark: SparkSession, tables: Tables, plan: Plan) -> list[ReplayTask]:
                     files = [f for f in files if str(f.partition[2]).lower() == "true"]
                 if files:
                     gold[table] = [f.uri for f in files]
-        out.append(ReplayTask(pair, applied, silver, gold, weight))
+        # the partition's size: its rows to replay, and (resuming) the events it applied before,
+        # which its persisted state follows
+        buckets = buckets_for(size + (plan.events_before.get(pair, 0) if applied is not None else 0))
+        out += [ReplayTask(pair, applied, silver, gold, weight // buckets, i, buckets) for i in range(buckets)]
     return out
+
+
+def _span(f: lake.DataFile) -> int:
+    """The offsets partitions a data file's statistics span (1 for a file of one partition)."""
+    low, high = f.minimum.get("offsets_partition"), f.maximum.get("offsets_partition")
+    return 1 if low is None or high is None else max(1, int(high) - int(low) + 1)
 
 
 def _task_frame(spark: SparkSession, tasks: list[ReplayTask]) -> DataFrame:
@@ -193,7 +211,13 @@ def _replay_function(
     object store each read is requests, which a task replaying 7 partitions would make 7 times."""
 
     def one(
-        cluster: str, part: int, applied: int | None, files: dict[str, dict[str, list[str]]], cache: dict
+        cluster: str,
+        part: int,
+        applied: int | None,
+        files: dict[str, dict[str, list[str]]],
+        cache: dict,
+        bucket: int = 0,
+        buckets: int = 1,
     ) -> pa.RecordBatch:
         after = -1 if applied is None else applied
 
@@ -235,20 +259,53 @@ def _replay_function(
             mine = rows.filter(pc.equal(rows.column("offsets_partition"), part))
             return mine.select(state[table].names)
 
+        def silver_chunks(table: str) -> Iterator[pa.Table]:
+            uris = files["silver"].get(table) or []
+            where = ("offsets_partition", part)
+            return iter_parquet(uris, sources[table], ("record_offset", after), ("timestamp",), where)
+
+        def persisted_bucket(table: str) -> pa.Table | None:
+            """A bucket's persisted rows, read in chunks keeping its own (no cache: a bucket's rows
+            are its alone, and the files hold the whole partition's)."""
+            uris = files["gold"].get(table)
+            if not uris:
+                return None
+            schema = state[table].append(pa.field("offsets_partition", pa.int32()))
+            chunks = iter_parquet(uris, schema, equal=("offsets_partition", part))
+            if table in INTERVALS:
+                chunks = (c.filter(pc.is_null(c.column(INTERVALS[table]))) for c in chunks)
+            rows = keep_bucket(chunks, buckets, bucket)
+            return None if rows is None else rows.select(state[table].names)
+
+        extra: dict[str, Any] = {}
+        state_of = persisted
+        if buckets > 1:  # a bucket of a large partition: its groups' rows only (pipelines/gold/buckets.py)
+            read, facts = read_bucket(silver_chunks, buckets, bucket)
+            events = partition_events(read)
+            state_of = persisted_bucket
+            extra = {
+                "batch_last": facts.batch_last(events),
+                "partition_events": facts.events,
+                "partition_last_offset": facts.last_offset,
+                "partition_log_now": facts.log_now,
+            }
+        else:
+            events = partition_events(silver)
         inp = PartitionInput(
             cluster,
             part,
-            partition_events(silver),
-            offsets=persisted("current_offsets"),
-            pending=persisted("pending_transactions"),
-            groups=persisted("current_groups"),
-            history=persisted("offset_history"),
-            generations=persisted("group_generations"),
-            members=persisted(MEMBERS),
-            share_members=persisted("share_group_members"),
-            streams_members=persisted("streams_group_members"),
-            topologies=persisted("streams_group_topologies"),
+            events,
+            offsets=state_of("current_offsets"),
+            pending=state_of("pending_transactions"),
+            groups=state_of("current_groups"),
+            history=state_of("offset_history"),
+            generations=state_of("group_generations"),
+            members=state_of(MEMBERS),
+            share_members=state_of("share_group_members"),
+            streams_members=state_of("streams_group_members"),
+            topologies=state_of("streams_group_topologies"),
             applied_offset=applied,
+            **extra,
         )
         out = PartitionReplay(inp, run_id, retention_ms, soft_delete_ms).run()
         full = applied is None
@@ -276,6 +333,7 @@ def _replay_function(
             {
                 "cluster": pa.array([cluster] * n, pa.string()),
                 "offsets_partition": pa.array([part] * n, pa.int32()),
+                "bucket": pa.array([bucket] * n, pa.int32()),
                 "table": pa.array([p[0] for p in parts], pa.string()),
                 "part": pa.array([p[1] for p in parts], pa.string()),
                 "rows": pa.array([p[2].num_rows for p in parts], pa.int64()),
@@ -288,10 +346,13 @@ def _replay_function(
     def run(batches):  # Iterator[pa.RecordBatch] -> Iterator[pa.RecordBatch]
         for batch in batches:
             tasks = batch.to_pylist()
-            cache: dict = {"parts": pa.array(sorted({t["offsets_partition"] for t in tasks}), pa.int32())}
+            # the partitions whose rows the task's shared reads keep (a bucket reads its own)
+            whole = sorted({t["offsets_partition"] for t in tasks if t["buckets"] == 1})
+            cache: dict = {"parts": pa.array(whole, pa.int32())}
             for task in tasks:
-                applied = task["applied"]
-                yield one(task["cluster"], task["offsets_partition"], applied, json.loads(task["files"]), cache)
+                files = json.loads(task["files"])
+                part = task["offsets_partition"]
+                yield one(task["cluster"], part, task["applied"], files, cache, task["bucket"], task["buckets"])
 
     return run
 
@@ -313,11 +374,16 @@ def _with_partition(rows: pa.Table, cluster: str, part: int, table: str, schema:
 
 
 def _progress_of(out: DataFrame) -> dict[tuple[str, int], dict[str, Any]]:
-    """Per processed partition: applied offset, events, log time, soft deletes purged."""
-    done = {}
+    """Per processed partition: applied offset, events, log time, soft deletes purged. Each bucket
+    of a partition reports the partition's applied offset, events and log time, and the soft
+    deletes it purged itself."""
+    done: dict[tuple[str, int], dict[str, Any]] = {}
     for r in out.where(F.col("table") == PROGRESS_TABLE).select(*PART, "data").collect():
         [row] = pa.ipc.open_stream(r["data"]).read_all().to_pylist()
-        done[(r["cluster"], r["offsets_partition"])] = row
+        pair = (r["cluster"], r["offsets_partition"])
+        if pair in done:
+            row["purged"] += done[pair]["purged"]
+        done[pair] = row
     return done
 
 
@@ -396,7 +462,8 @@ def _write(
         cond = F.lit(False)
         for c in pick:
             cond = cond | c
-        picked = out.where((F.col("table") == table) & F.col("changed") & cond)
+        # every bucket's rows of a changed partition (``w.parts`` lists only changed partitions)
+        picked = out.where((F.col("table") == table) & cond)
         count = sum(sizes.get((table, part, pair), 0) for part, pairs in w.parts.items() for pair in pairs)
         path = tables.path("gold", table)
         fill = None
@@ -523,6 +590,10 @@ def _replay(
     soft_ms = None if soft_delete_retention_days is None else int(soft_delete_retention_days * 86_400_000)
     with result.steps("list files"):
         tasks = _tasks(spark, tables, plan)
+    result.bucketed = {f"{t.pair[0]}/{t.pair[1]}": t.buckets for t in tasks if t.buckets > 1 and t.bucket == 0}
+    if result.bucketed:
+        spread = ", ".join(f"{k} in {n}" for k, n in result.bucketed.items())
+        log.info("gold: %s replayed in buckets (a task per bucket)", spread)
     # silver tables partitioned by cluster alone: each file holds rows of many offsets partitions
     shared = frozenset(t for t in SOURCE_TABLES if "offsets_partition" not in tables.spec("silver", t).partitioned_by)
     replay = _replay_function(run_id, retention_ms, soft_ms, sources, state, schemas, shared)
@@ -536,15 +607,21 @@ def _replay(
         with result.steps("count"):
             listing = out.select(*PART, "table", "part", "rows", "changed").collect()
             rows = {t: sum(r["rows"] for r in listing if r["table"] == t) for t in GOLD_TABLES}
-            sizes = {(r["table"], r["part"], (r["cluster"], r["offsets_partition"])): r["rows"] for r in listing}
+            # per (table, part, partition), over its buckets: rows, and whether any bucket changed it
+            # (then every bucket's rows are written: they replace the partition's rows together)
+            sizes: dict[tuple[str, str, Pair], int] = {}
+            touched: dict[tuple[str, str, Pair], bool] = {}
+            for r in listing:
+                key = (r["table"], r["part"], (r["cluster"], r["offsets_partition"]))
+                sizes[key] = sizes.get(key, 0) + r["rows"]
+                touched[key] = touched.get(key, False) or r["changed"]
             changed: dict[tuple[str, str], list[Pair]] = {}
             nonempty: dict[tuple[str, str], list[Pair]] = {}
-            for r in sorted(listing, key=lambda r: (r["cluster"], r["offsets_partition"])):
-                pair = (r["cluster"], r["offsets_partition"])
-                if r["changed"]:
-                    changed.setdefault((r["table"], r["part"]), []).append(pair)
-                    if r["rows"]:
-                        nonempty.setdefault((r["table"], r["part"]), []).append(pair)
+            for (table, part, pair), was in sorted(touched.items(), key=lambda kv: kv[0][2]):
+                if was:
+                    changed.setdefault((table, part), []).append(pair)
+                    if sizes[(table, part, pair)]:
+                        nonempty.setdefault((table, part), []).append(pair)
             done = _progress_of(out)
         result.events = sum(p["events"] for p in done.values())
         result.purged = sum(p["purged"] for p in done.values())

@@ -164,6 +164,13 @@ class PartitionInput:
     streams_members: pa.Table | None = None  # streams_group_members
     topologies: pa.Table | None = None  # streams_group_topologies
     applied_offset: int | None = None
+    # a bucket of the partition (pipelines/gold/buckets.py: the events and rows of some of its groups):
+    # what only the whole partition's events say — per event, the position and time of its batch's
+    # last event; the events count, the last event's position and the latest event time
+    batch_last: tuple[list[int], list[int | None]] | None = None
+    partition_events: int | None = None
+    partition_last_offset: int | None = None
+    partition_log_now: int | None = None
 
 
 @dataclass
@@ -343,11 +350,15 @@ class PartitionReplay:
 
     # -- the replay ----------------------------------------------------------------------------------
     def run(self) -> PartitionOutput:
-        ev = self.inp.events
+        inp = self.inp
+        ev = inp.events
         n = ev.num_rows
         cols = {c: ev.column(c).to_pylist() for c in _EVENT_FIELDS}
         offsets = cols["record_offset"]
         log_now = pc.max(ev.column("timestamp_ms")).as_py() if n else None
+        # a batch's changes are dated by its last event: of the events here, or of the whole
+        # partition when these are a bucket of it
+        last_offset, last_time = inp.batch_last or (offsets, cols["timestamp_ms"])
         if n and self.applied is not None and offsets[0] <= self.applied:
             raise ValueError(
                 f"{self.inp.cluster}/{self.inp.partition}: event at {offsets[0]} is at or below the applied "
@@ -362,15 +373,20 @@ class PartitionReplay:
         ids = np.asarray(ev.column("batch_id").to_numpy(zero_copy_only=False))
         starts = [0, *(np.flatnonzero(ids[1:] != ids[:-1]) + 1).tolist(), n] if n else [0]
         for i, j in itertools.pairwise(starts):
+            last = (last_offset[j - 1], last_time[j - 1])
             if plain[j] - plain[i] == j - i:
-                self._commits(cols, i, j)
+                self._commits(cols, i, j, last)
             else:
-                self._batch(cols, i, j)
+                self._batch(cols, i, j, last)
         if n:
             self.applied = offsets[n - 1]
+        if inp.batch_last is not None:  # a bucket: the partition's own count, position and clock
+            n, log_now = inp.partition_events or 0, inp.partition_log_now
+            if inp.partition_last_offset is not None:
+                self.applied = inp.partition_last_offset
         return self._output(n, log_now)
 
-    def _commits(self, c: dict[str, list], i: int, j: int) -> None:
+    def _commits(self, c: dict[str, list], i: int, j: int, at: tuple[int, int | None]) -> None:
         """A batch of non-transactional commits (the common case): :meth:`_batch`'s rules, short.
         A commit can only make a group offsets-only, never end one."""
         groups, topics, parts = c["group_id"], c["topic"], c["partition"]
@@ -387,7 +403,7 @@ class PartitionReplay:
                     del dead[key]
             live[key] = ev0 + k
             dirty[key] = None
-        last, last_ts = c["record_offset"][j - 1], c["timestamp_ms"][j - 1]
+        last, last_ts = at
         history = self.history
         for key in dirty:
             if key in history:
@@ -399,7 +415,7 @@ class PartitionReplay:
                 self.simple.add(g)
                 self.changed_groups[("classic", g)] = (last, SIMPLE_ROW)
 
-    def _batch(self, c: dict[str, list], i: int, j: int) -> None:
+    def _batch(self, c: dict[str, list], i: int, j: int, at: tuple[int, int | None]) -> None:
         kinds = c["kind"]
         groups = c["group_id"]
         rtypes = c["record_type"]
@@ -518,7 +534,7 @@ class PartitionReplay:
                     slots = self.member_slots[mkey] = [None, None, None]
                 slots[MEMBER_SLOTS[rtypes[k]]] = self.mem_ev0 + k if kind == MEMBER else None
                 self.changed_members.add(mkey)
-        last, last_ts = c["record_offset"][j - 1], c["timestamp_ms"][j - 1]
+        last, last_ts = at
         gone = self._settle_simple_groups(touched, causes)
         for key in dirty:
             h = self.live.get(key)

@@ -31,6 +31,7 @@ __all__ = [
     "partition_events",
     "positions_frame",
     "read_schemas",
+    "selected",
 ]
 
 PART = ("cluster", "offsets_partition")
@@ -200,7 +201,7 @@ def partition_events(read: Callable[[str], pa.Table | None]) -> pa.Table:
         rows = read(source.table)
         if rows is None or not rows.num_rows:
             continue
-        rows = _selected(rows, source)
+        rows = selected(rows, source)
         if not rows.num_rows:
             continue
         members = _members(rows, read(MEMBERS_TABLE)) if source.table == "group_metadata" else None
@@ -212,7 +213,8 @@ def partition_events(read: Callable[[str], pa.Table | None]) -> pa.Table:
     return events.take(pc.sort_indices(events.column("record_offset")))
 
 
-def _selected(rows: pa.Table, source: Source) -> pa.Table:
+def selected(rows: pa.Table, source: Source) -> pa.Table:
+    """The rows of a source table that are events (its ``only`` and ``present`` filters)."""
     if source.only is not None:
         column, values = source.only
         rows = rows.filter(

@@ -22,6 +22,8 @@ class Values:
     def __init__(self, parts: Sequence[pa.Table | None], columns: Sequence[str]) -> None:
         self.columns = tuple(columns)
         tables = [t.select(list(self.columns)) for t in parts if t is not None and t.num_rows]
+        if not tables:  # no rows at all (a bucket of a partition whose groups did nothing): typed, empty
+            tables = [t.select(list(self.columns)) for t in parts if t is not None][:1]
         schema = tables[0].schema if tables else None
         self.table = pa.concat_tables([t.cast(schema) for t in tables]) if tables else None
         self.starts: list[int] = []
