@@ -13,12 +13,19 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pipelines.generate import Skew
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def generated(records: int, seed: int, prefix: str = "codec", segment_bytes: int | None = None) -> Path:
-    """The generator's log of ``records`` records, generated once and cached under var/bench/."""
+def generated(
+    records: int, seed: int, prefix: str = "codec", segment_bytes: int | None = None, skew: Skew | None = None
+) -> Path:
+    """The generator's log of ``records`` records, generated once and cached under var/bench/
+    (``skew``: a skewed log, pipelines/generate/skew.py; ``prefix`` must then name the skew)."""
     from pipelines.generate import generate
 
     out = REPO / "var" / "bench" / f"{prefix}-{records}-s{seed}"
@@ -29,7 +36,9 @@ def generated(records: int, seed: int, prefix: str = "codec", segment_bytes: int
     stale = cached is None or not stamp.exists() or json.loads(stamp.read_text()).get("generator") != version
     if stale or (segment_bytes is not None and cached.get("segment_bytes") != segment_bytes):
         t = time.perf_counter()
-        extra = {} if segment_bytes is None else {"segment_bytes": segment_bytes}
+        extra: dict[str, Any] = {} if segment_bytes is None else {"segment_bytes": segment_bytes}
+        if skew is not None:
+            extra["skew"] = skew
         generate(out, records, seed=seed, overwrite=True, **extra)
         stamp.write_text(json.dumps({"generator": version}))
         print(f"generated {records} records in {time.perf_counter() - t:.0f} s", file=sys.stderr)
