@@ -10,9 +10,9 @@ package is shipped to them as a zip (``spark.submit.pyFiles``).
 from __future__ import annotations
 
 import os
-import warnings
 import sys
 import tempfile
+import warnings
 import zipfile
 from pathlib import Path
 
