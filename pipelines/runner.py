@@ -285,6 +285,21 @@ def quality_checkpoints(data_stages: list[str]) -> dict[str, tuple[str, ...]]:
     return out
 
 
+@contextmanager
+def _validating(ctx: Context, run_id: str, layers: tuple[str, ...]) -> Iterator[None]:
+    """The locks a quality stage holds: its own, and silver's and gold's while it validates either.
+    Delta isolates each table's snapshot, not a set of tables: a gold stage between its merges has
+    current_offsets merged and partition_progress still in flight, and rules that compare tables
+    would see that half. Taken in one order (quality, silver, gold) by everyone; a job holds at
+    most one of silver and gold at a time, so nobody waits in a circle."""
+    with contextlib.ExitStack() as held:
+        held.enter_context(ctx.stage_lock("quality", run_id))
+        if set(layers) & set(LAKEHOUSE_STAGES):
+            for stage in LAKEHOUSE_STAGES:
+                held.enter_context(ctx.stage_lock(stage, run_id))
+        yield
+
+
 def _quality(
     ctx: Context, job_name: str | None, report: RunReport, after: str | None, layers: tuple[str, ...] | None = None
 ) -> bool:
@@ -293,7 +308,7 @@ def _quality(
     job = ctx.config.jobs.get(job_name) if job_name else None
     settings = job.quality if job else QualitySettings()
     sources = job.sources if job else list(ctx.config.sources)
-    with ctx.stage_lock("quality", report.run_id), recorded_stage(ctx, report, "quality") as sr:
+    with _validating(ctx, report.run_id, layers or LAYERS), recorded_stage(ctx, report, "quality") as sr:
         log.info("quality: %s suites%s", "/".join(layers or LAYERS), f" after {after}" if after else "")
         result = lake.retry_conflicts(
             "quality",

@@ -18,6 +18,7 @@ from pipelines.codec.partitioner import partition_for
 from pipelines.runtime import lake
 from pipelines.silver import KEY, QUALITY_REASON, RECORD_TABLES
 from pipelines.silver.inventory import INVENTORY_KEY
+from pipelines.silver.progress import last_progress
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -540,6 +541,16 @@ def load_frame(name: str, spark: SparkSession, tables: Tables, inputs: Inputs) -
     def bronze() -> DataFrame:  # read by the frames that use it only (a snapshot read per suite adds up)
         return lake.read(spark, tables.path("bronze", "offsets_records"))  # type: ignore[return-value]
 
+    def decoded_bronze() -> DataFrame:
+        """bronze as silver last decoded it (the version of its watermark), for the rules that hold
+        silver to bronze: rows another job's bronze stage appended since are silver's next run's
+        work, not rows silver lost."""
+        done = last_progress(spark, tables)
+        version = done.get("bronze_version") if done else None
+        if version is None:
+            return bronze()
+        return spark.read.format("delta").option("versionAsOf", version).load(tables.path("bronze", "offsets_records"))
+
     if name == "bronze.offsets_records":
         return Frame(bronze_offsets_records(bronze()))
     if name == "silver.quarantine":
@@ -550,7 +561,7 @@ def load_frame(name: str, spark: SparkSession, tables: Tables, inputs: Inputs) -
         if _read(spark, tables, "silver", "progress") is None:
             return Frame(None, missing="silver has not run yet")
         silver = [df for t in RECORD_TABLES if (df := _read(spark, tables, "silver", t)) is not None]
-        return Frame(gold_reconciliation(bronze(), silver))
+        return Frame(gold_reconciliation(decoded_bronze(), silver))
     if name == "gold.truth_snapshot":
         if inputs.truth is None:
             return Frame(None, missing="no truth snapshot (quality.truth_snapshot in jobs.yaml)")
@@ -576,7 +587,7 @@ def load_frame(name: str, spark: SparkSession, tables: Tables, inputs: Inputs) -
     if name == "silver.tombstones":
         return silver_tombstones(df, inputs.partitions)
     if name == "silver.version_inventory":
-        return Frame(silver_version_inventory(df, bronze()))
+        return Frame(silver_version_inventory(df, decoded_bronze()))
     if name == "silver.topic_ids":
         return Frame(silver_topic_ids(df))
     if name == "gold.current_groups":
@@ -595,7 +606,7 @@ def load_frame(name: str, spark: SparkSession, tables: Tables, inputs: Inputs) -
     if name == "gold.current_offsets":
         return Frame(gold_current_offsets(df))
     if name == "gold.pending_transactions":
-        return Frame(gold_pending_transactions(df, bronze()))
+        return Frame(gold_pending_transactions(df, decoded_bronze()))
     if name in ("gold.current_lag", "gold.lag_history"):
         return Frame(gold_lag(df))
     return Frame(df)

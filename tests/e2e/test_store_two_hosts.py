@@ -32,7 +32,9 @@ BUCKET = "shared"
 ROOT = f"s3a://{BUCKET}/lakehouse"
 SEEDS = {"a": 41, "b": 42}
 # the share of each log held back before each round (here: half of it, then all of it; the long
-# tier's tests/long/test_store_rounds.py runs five rounds and a quality run and a reader beside them)
+# tier's tests/long/test_store_rounds.py runs five rounds with a quality run of the whole lakehouse
+# and an SQL reader beside the last four — here they would cost the e2e tier two JVMs more; the
+# spark tier's tests/spark/test_quality_beside_jobs.py shows what they found, deterministically)
 ROUNDS = (50, 0)
 
 
@@ -65,8 +67,10 @@ jobs:
     return config
 
 
-def start(store: Store, host: Path, job: str) -> subprocess.Popen[str]:
-    cmd = [sys.executable, "-m", "pipelines.cli.main", "run", job, "-c", str(host / "jobs.yaml"), "--json"]
+def start(store: Store, host: Path, job: str, *command: str) -> subprocess.Popen[str]:
+    """``run JOB`` on ``host`` (or ``command``: another CLI command with its arguments)."""
+    args = list(command) or ["run", job, "--json"]
+    cmd = [sys.executable, "-m", "pipelines.cli.main", *args, "-c", str(host / "jobs.yaml")]
     return subprocess.Popen(
         as_host(host.name, cmd, host),
         cwd=host,
@@ -106,9 +110,19 @@ def test_two_hosts_write_one_lakehouse_round_after_round(spark, store: Store, tm
     two_hosts(spark, store, tmp_path, ROUNDS)
 
 
-def two_hosts(spark, store: Store, tmp_path: Path, rounds: tuple[int, ...]) -> None:
+# the reader beside the jobs: what an analyst asks while they write (it must answer, from the
+# last committed version of each table)
+READER_SQL = (
+    "SELECT count(*) AS n FROM gold.current_offsets o JOIN silver.offset_commits c "
+    "ON o.cluster = c.cluster AND o.offsets_partition = c.offsets_partition AND o.record_offset = c.record_offset"
+)
+
+
+def two_hosts(spark, store: Store, tmp_path: Path, rounds: tuple[int, ...], beside: tuple[int, ...] = ()) -> None:
     """Each host's job in every round (held back: ``rounds``), both at once; in the second round the
-    same job from the other host too, refused. Then gold, bronze and silver checked."""
+    same job from the other host too, refused; in the rounds ``beside``, a quality run of the
+    whole lakehouse and an SQL reader on a third host at the same time. Then gold, bronze and
+    silver checked."""
     logs = {
         c: generate(tmp_path / f"logs-{c}", 2400, seed=s, partitions=3, segment_bytes=8 * 1024)
         for c, s in SEEDS.items()
@@ -123,6 +137,16 @@ def two_hosts(spark, store: Store, tmp_path: Path, rounds: tuple[int, ...]) -> N
         for c in SEEDS:
             upload_round(store, logs[c].out, tmp_path, c, held_back, sent[c])
         runs = {c: start(store, hosts[c], f"job-{c}") for c in SEEDS}
+        others = {}
+        if round_no in beside:  # on a third host: every table validated, and read, while the jobs write
+            reader = tmp_path / "host-r"
+            if not (reader / "jobs.yaml").exists():
+                (reader / "tmp").mkdir(parents=True)
+                write_jobs(reader)
+            others = {
+                "quality": start(store, reader, "", "quality", "--json"),
+                "reader": start(store, reader, "", "sql", READER_SQL, "--format", "json"),
+            }
         if round_no == 1:
             # the same job from the other host while it runs: refused, naming the holder
             deadline = time.monotonic() + 120
@@ -147,6 +171,14 @@ def two_hosts(spark, store: Store, tmp_path: Path, rounds: tuple[int, ...]) -> N
                 for s in report["stages"]
                 for n in s.get("conflicts_retried", [])
             ]
+        for what, proc in others.items():
+            out, err = proc.communicate(timeout=900)
+            assert proc.returncode == 0, f"round {round_no}, {what}:\n{err[-3000:]}"
+            if what == "reader":
+                assert int(json.loads(out.splitlines()[0])["n"]) > 0, out  # gold is there from round 0
+            else:
+                report = json.loads(out)
+                assert report["status"] == "ok" and report["stages"], report
         assert held_by(store, "job-a") is None and held_by(store, "job-b") is None, "a lease was left held"
     print("conflicts absorbed by running a stage again:", retried or "none")
 
