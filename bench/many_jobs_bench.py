@@ -39,6 +39,9 @@ def jobs_yaml(work: Path, sources: dict[str, Path]) -> Path:
         "spark:",
         "  master: local[2]",
         '  conf: {spark.sql.shuffle.partitions: "4", spark.ui.enabled: "false"}',
+        # soft deletes kept, as the expected state keeps them (the default purges them after 30
+        # days of log time, docs/gold.md; the generated log spans years): as bench/pipeline_bench.py
+        "gold: {soft_delete_retention_days: null}",
         "sources:",
         *(f"  {c}: {{kind: segments, cluster: {c}, paths: [{p}]}}" for c, p in sources.items()),
         "jobs:",

@@ -551,6 +551,9 @@ CONFLICTS = (
     "DELTA_TABLE_ALREADY_EXISTS",
     "DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION",
 )
+# an object store's passing failure, as delta-rs reports it (its writes make no request retries:
+# storage.delta_rs_options): done again like a conflict, the stage being safe to re-do from its start
+TRANSIENT = ("non-2xx status code: 500", "non-2xx status code: 503")
 
 
 def conflict(exc: BaseException) -> str | None:
@@ -563,6 +566,9 @@ def conflict(exc: BaseException) -> str | None:
         for name in CONFLICTS:
             if name in text:
                 return name
+        for status in TRANSIENT:
+            if status in text:
+                return f"the store answered {status.rsplit(' ', 1)[1]}"
         current, seen = current.__cause__ or current.__context__, seen + 1
     return None
 
@@ -591,7 +597,8 @@ def retry_conflicts(
                 raise
             pause = min(30.0, 2.0 ** (attempt - 1)) * (0.5 + random.random())
             log.warning(
-                "%s: another writer committed first (%s); doing it again in %.1f s (attempt %d of %d)",
+                "%s: another writer committed first, or the store failed for a moment (%s); "
+                "doing it again in %.1f s (attempt %d of %d)",
                 what,
                 name,
                 pause,

@@ -90,3 +90,16 @@ def test_retry_conflicts_raises_other_errors_at_once_and_the_last_conflict() -> 
     with pytest.raises(RuntimeError, match="DELTA_METADATA_CHANGED"):
         lake.retry_conflicts("gold", always, attempts=4, sleep=lambda s: None)
     assert len(calls) == 4
+
+
+def test_a_passing_store_failure_is_done_again_but_an_unreachable_store_is_not() -> None:
+    """delta-rs writes make no request retries (storage.delta_rs_options): a 500 or 503 from the
+    store (moto answered one to a LIST under load) re-runs the stage like a conflict; a store
+    that does not answer at all fails the run with its one line (docs/object-storage.md)."""
+    from pipelines.runtime.lake import conflict
+
+    answered = Exception("Error performing GET http://s:9000/b?list-type=2 - Server returned non-2xx status code: 500")
+    assert conflict(answered) == "the store answered 500"
+    assert conflict(Exception("Server returned non-2xx status code: 503 Slow Down")) == "the store answered 503"
+    assert conflict(Exception("Server returned non-2xx status code: 403 Forbidden")) is None
+    assert conflict(Exception("Connect to 127.0.0.1:9000 failed: Connection refused")) is None
