@@ -449,20 +449,8 @@ def _issue_row(issue: ReadIssue, r: ByteRange, cluster: str) -> dict[str, Any]:
 
 
 def _changed_row(changed: FileChanged, r: ByteRange, cluster: str) -> dict[str, Any]:
-    return {
-        "row_kind": "issue",
-        "cluster": cluster,
-        "partition": r.partition,
-        "topic": TOPIC,
-        "batch_position": r.start,
-        "source_uri": r.uri,
-        "issue_length": r.end - r.start,
-        "issue_kind": FILE_CHANGED,
-        "issue_reason": changed.reason.value,
-        "issue_detail": changed.detail,
-        "last_segment": r.is_last,
-        "control": False,
-    }
+    """The issue row of a range whose file is not the one listed: the whole range, unread."""
+    return _issue_row(ReadIssue(FILE_CHANGED, r.start, r.end - r.start, changed.reason, changed.detail), r, cluster)
 
 
 def _progress_row(p: Progress, r: ByteRange, cluster: str) -> dict[str, Any]:
