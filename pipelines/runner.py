@@ -28,7 +28,7 @@ from pipelines.bronze.kafka_source import stored_positions
 from pipelines.bronze.kafka_truth import fetch_truth
 from pipelines.errors import ConfigError, StageUnavailable
 from pipelines.gold.build import run_gold
-from pipelines.quality.stage import partition_counts, run_quality
+from pipelines.quality.stage import QualityReport, partition_counts, run_quality
 from pipelines.quality.suites import LAYERS, check_job_overrides
 from pipelines.runtime import lake
 from pipelines.runtime.config import (
@@ -309,7 +309,9 @@ def _quality(
     settings = job.quality if job else QualitySettings()
     sources = job.sources if job else list(ctx.config.sources)
     with _validating(ctx, report.run_id, layers or LAYERS), recorded_stage(ctx, report, "quality") as sr:
-        log.info("quality: %s suites%s", "/".join(layers or LAYERS), f" after {after}" if after else "")
+        what = f"{'/'.join(layers or LAYERS)} suites{f' after {after}' if after else ''}"
+        log.debug("quality: %s", what)
+        started = time.perf_counter()
         result = lake.retry_conflicts(
             "quality",
             lambda: run_quality(
@@ -327,9 +329,21 @@ def _quality(
             retried=sr.conflicts.append,
         )
         report.quality_outcomes += result.outcomes
+        log.info("quality: %s: %s in %.1f s", what, quality_summary(result), time.perf_counter() - started)
         sr.details = [result.to_json()]
         sr.status = QUALITY_FAILED if result.failed else "ok"
     return sr.status == "ok"
+
+
+def quality_summary(result: QualityReport) -> str:
+    """``41 passed, 1 warned`` (outcomes per action, in a fixed order), and what stood unchanged."""
+    actions = Counter(o.action for o in result.outcomes)
+    order = ["passed", "warned", "quarantined", "failed"]
+    parts = [f"{actions[a]} {a}" for a in order + sorted(set(actions) - set(order)) if actions[a]]
+    text = ", ".join(parts) or "no rules"
+    if any(n.startswith("nothing changed since") for n in result.notes):
+        text += " (nothing changed since the last validation: its outcomes stand)"
+    return text
 
 
 def _partition_counts(ctx: Context, sources: list[str]) -> dict[str, int | None]:
@@ -389,34 +403,31 @@ def _bronze(ctx: Context, sources: list[str], run_id: str, full_refresh: bool) -
     details = []
     ctx.spark  # noqa: B018 - start the session first: the log line below then means "reading data"
     for name in sources:
-        log.info(DATA_STAGES["bronze"].announce, name)
+        log.debug(DATA_STAGES["bronze"].announce, name)
         result = ingest_source(ctx.spark, ctx.tables, name, ctx.config.sources[name], run_id, str(ctx.base_dir))
         detail = result.to_json()
         details.append(detail)
-        log.info(
-            "bronze: %s read %d rows, inserted %d, %d conflicts, %d read issues",
-            name,
-            result.rows_read,
-            result.rows_inserted,
-            result.conflicts,
-            len(result.issues),
+        line = (
+            f"bronze: {name} read {result.rows_read} rows, inserted {result.rows_inserted}, "
+            f"{result.conflicts} conflicts, {len(result.issues)} read issues"
         )
         eo = ingest_end_offsets(ctx.spark, ctx.tables, name, ctx.config.sources[name], run_id, str(ctx.base_dir))
         if eo is not None:  # in the source's own report: one report per source
             detail["end_offsets"] = eo.to_json()
-            log.info("bronze: %s end offsets: %d observations read, %d new", name, eo.observations, eo.inserted)
+            line += f"; end offsets: {eo.observations} observations read, {eo.inserted} new"
+        log.info("%s %s", line, result.steps.summary())
     return details
 
 
 def _silver(ctx: Context, sources: list[str], run_id: str, full_refresh: bool) -> list[dict[str, Any]]:
-    log.info(DATA_STAGES["silver"].announce, " (full refresh)" if full_refresh else "")
+    log.debug(DATA_STAGES["silver"].announce, " (full refresh)" if full_refresh else "")
     result = run_silver(ctx.spark, ctx.tables, run_id, full_refresh)
     _log_silver(result)
     return [result.to_json()]
 
 
 def _gold(ctx: Context, sources: list[str], run_id: str, full_refresh: bool) -> list[dict[str, Any]]:
-    log.info(DATA_STAGES["gold"].announce, " (full refresh)" if full_refresh else "")
+    log.debug(DATA_STAGES["gold"].announce, " (full refresh)" if full_refresh else "")
     result = run_gold(
         ctx.spark,
         ctx.tables,
@@ -425,17 +436,19 @@ def _gold(ctx: Context, sources: list[str], run_id: str, full_refresh: bool) -> 
         soft_delete_retention_days=ctx.config.gold.soft_delete_retention_days,
         admin_sources=admin_sources(ctx.config.sources, sources),
     )
+    recomputed = "; ".join(recomputed_summary(result.recomputed)) or "none recomputed"
+    unknown = len(result.lag.get("unknown_partitions", []))
     log.info(
-        "gold: %d events, %d partitions incremental, %d recomputed; %d offset rows, %d pending, %d group rows",
+        "gold: %d events, %d partitions incremental (%s); %d offset rows, %d pending, %d group rows%s %s",
         result.events,
         result.partitions_incremental,
-        result.partitions_recomputed,
+        recomputed,
         result.offsets_rows,
         result.pending_rows,
         result.group_rows,
+        f"; lag unknown for {unknown} partitions (no end offset)" if unknown else "",
+        result.steps.summary(),
     )
-    for line in recomputed_summary(result.recomputed):
-        log.info("gold: %s", line)
     for why in result.recomputed:
         log.debug("gold: recomputed %s", why)
     return [result.to_json()]
@@ -454,13 +467,14 @@ def recomputed_summary(recomputed: list[str]) -> list[str]:
 
 def _log_silver(result: Any) -> None:
     log.info(
-        "silver: %s, bronze version %s..%s, %d bronze rows decoded, %d quarantined, %d rows inserted",
+        "silver: %s, bronze version %s..%s, %d bronze rows decoded, %d quarantined, %d rows inserted %s",
         result.mode,
         result.bronze_version_from,
         result.bronze_version,
         result.bronze_rows,
         result.quarantined,
         sum(result.inserted.values()),
+        result.steps.summary(),
     )
     for note in result.notes:
         log.info("silver: %s", note)

@@ -247,7 +247,10 @@ def _store_unreachable(text: str) -> str | None:
 @contextmanager
 def one_line_errors(verbose: bool) -> Iterator[None]:
     """Errors inside become one line on stderr and their exit code (docs/cli.md): a package
-    error its own (configuration 2), anything else 1."""
+    error its own (configuration 2), anything else 1. With ``verbose``, Spark logs its warnings
+    too (runtime/spark.py: errors only by default)."""
+    if verbose:
+        os.environ.setdefault("OFFSETS_SPARK_LOG_LEVEL", "WARN")
     try:
         yield
     except OffsetsLakehouseError as exc:

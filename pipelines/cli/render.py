@@ -120,6 +120,7 @@ def render_run(report: Any) -> None:
                 str(len(d.get("issues", []))),
             )
     console.print(table)
+    docs = []  # a run's quality stages share its Data Docs: named once
     for s in report.stages:
         for d in s.details:
             for issue in d.get("issues", []):
@@ -131,8 +132,10 @@ def render_run(report: Any) -> None:
                 console.print(f"[yellow]note[/] {note}")
             for rule in d.get("failed", []):
                 console.print(f"[red]quality rule failed[/] {rule} (policy fail)")
-            if d.get("data_docs"):
-                console.print(f"Data Docs: {d['data_docs']}")
+            if d.get("data_docs") and d["data_docs"] not in docs:
+                docs.append(d["data_docs"])
+    for page in docs:
+        console.print(f"Data Docs: {page}", soft_wrap=True)
 
 
 def render_status(doc: dict[str, Any]) -> None:

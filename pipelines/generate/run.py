@@ -4,6 +4,7 @@ Output directory::
 
     __consumer_offsets-<p>/<20-digit base>.log|.index|.timeindex   the log, 50 partitions by default
     expected-state.json        reference replay of the written files (pipelines/reference/replay.py)
+    end-offsets.jsonl          end-offset snapshots of the topics the groups read (generate/end_offsets.py)
     generator-events.jsonl.gz  one line per coordinator operation: what the workload did
     generator-manifest.json    parameters and counts
 
@@ -22,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipelines.generate.end_offsets import FILE as END_OFFSETS
+from pipelines.generate.end_offsets import EndOffsetSnapshots
 from pipelines.generate.logwriter import PartitionLogWriter
 from pipelines.generate.skew import Skew, SkewedWorkload
 from pipelines.generate.workload import Workload
@@ -78,10 +81,14 @@ def generate(
         open(out / "generator-events.jsonl.gz", "wb") as raw,
         gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=1) as gz,
         io.TextIOWrapper(gz, encoding="utf-8") as events,
+        open(out / END_OFFSETS, "w", encoding="utf-8") as ends,
     ):
+        snapshots = EndOffsetSnapshots(wl, ends)
         while wl.written < records:
             write(wl.step())
+            snapshots.maybe_take()
         write(wl.close_open_transactions(leave_open=1))
+        snapshots.take()  # the last one: after every commit, what current_lag is computed from
     for w in writers:
         w.close()
     if progress:

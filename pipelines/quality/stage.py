@@ -310,7 +310,7 @@ def _unchanged(
     report.outcomes = sorted((o for o in outcomes if (o.suite, o.expectation) in order),
                              key=lambda o: order[(o.suite, o.expectation)])  # fmt: skip
     report.notes.append(f"nothing changed since quality run {earlier} validated these tables: its outcomes stand")
-    log.info("quality: nothing changed since run %s; its %d outcomes stand", earlier, len(report.outcomes))
+    log.debug("quality: nothing changed since run %s; its %d outcomes stand", earlier, len(report.outcomes))
     return report
 
 

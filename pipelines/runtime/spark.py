@@ -10,12 +10,18 @@ package is shipped to them as a zip (``spark.submit.pyFiles``).
 from __future__ import annotations
 
 import os
+import re
+import subprocess
 import sys
 import tempfile
+import threading
 import warnings
 import zipfile
 from pathlib import Path
+from typing import IO
 
+from pyspark import SparkConf, SparkContext
+from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
 from pipelines.runtime import jars
@@ -38,6 +44,24 @@ DEFAULTS = {
 
 
 JVM_LOG_TO_STDERR = "-Xlog:disable -Xlog:all=warning:stderr"
+# the driver's log4j2 configuration without --verbose: errors only, no start-up warnings
+QUIET_LOG4J = Path(__file__).with_name("log4j2-quiet.properties")
+# start-up notices printed straight to stderr, past any log configuration: the JVM's (Spark's
+# launcher adds jdk.incubator.vector to every JVM it starts, and the JVM announces it) and Spark's
+# shell-level announcement, which PySpark's driver makes whatever the configured levels
+JVM_NOTICES = re.compile(
+    rb"^(WARNING: Using incubator modules|Setting default log level to|To adjust logging level use)"
+)
+
+
+def log_level() -> str:
+    """Spark's log level: ERROR unless ``OFFSETS_SPARK_LOG_LEVEL`` says otherwise (the CLI's
+    ``--verbose`` sets WARN: Spark's own default, start-up warnings included)."""
+    return os.environ.get("OFFSETS_SPARK_LOG_LEVEL", "ERROR").upper()
+
+
+def quiet() -> bool:
+    return log_level() in ("ERROR", "FATAL", "OFF")
 
 
 def package_zip() -> Path:
@@ -96,18 +120,22 @@ def build_session(
     # the JVM's own warnings (unified logging: e.g. "CodeCache is full") go to stdout by default,
     # which is the CLI's stdout when PySpark starts the driver: `--json` must stay one document
     jvm_options = conf.get("spark.driver.extraJavaOptions", "")
+    if quiet() and "log4j2.configurationFile" not in jvm_options:  # a configuration of the user's wins
+        jvm_options = f"-Dlog4j2.configurationFile={QUIET_LOG4J.as_uri()} {jvm_options}"
     conf["spark.driver.extraJavaOptions"] = f"{JVM_LOG_TO_STDERR} {jvm_options}".strip()
     builder = SparkSession.builder.appName(settings.app_name)
     if master and "SPARK_SUBMIT_MASTER" not in os.environ:
         builder = builder.master(master)
     for key, value in conf.items():
         builder = builder.config(key, value)
+    if quiet():
+        _launch_quietly(master, settings.app_name, conf)
     spark = builder.getOrCreate()
     # pyspark warns once per thread that runs a query (silver and gold write tables in threads)
     warnings.filterwarnings("ignore", message="Spark session is not provided", category=UserWarning)
-    level = os.environ.get("OFFSETS_SPARK_LOG_LEVEL", "WARN")
+    level = log_level()
     spark.sparkContext.setLogLevel(level)
-    if level.upper() in ("WARN", "ERROR", "FATAL", "OFF"):
+    if level in ("WARN", "ERROR", "FATAL", "OFF"):
         # Kafka's client logs a refused login or TLS handshake as an ERROR with its stack trace,
         # again on every retry, and a failed task (a full disk, a refused write) is logged by the
         # task, its executor, the task set and the writer, each with the stack trace: the run
@@ -118,3 +146,33 @@ def build_session(
     if ship_package if ship_package is not None else not master.startswith("local"):
         spark.sparkContext.addPyFile(str(package_zip()))
     return spark
+
+
+def _launch_quietly(master: str | None, app_name: str, conf: dict[str, str]) -> None:
+    """Start the driver's JVM as pyspark would, its stderr passed on line by line without the
+    JVM's start-up notice. Once per process: later sessions reuse the JVM (as pyspark does); under
+    ``spark-submit`` there is one already."""
+    if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return
+    spark_conf = SparkConf(loadDefaults=False).setAll(list(conf.items())).setAppName(app_name)
+    if master and "SPARK_SUBMIT_MASTER" not in os.environ:
+        spark_conf.setMaster(master)
+    gateway = launch_gateway(spark_conf, popen_kwargs={"stderr": subprocess.PIPE})
+    proc = getattr(gateway, "proc", None)
+    if proc is not None and proc.stderr is not None:
+        threading.Thread(target=_pass_on, args=(proc.stderr,), name="jvm-stderr", daemon=True).start()
+    SparkContext._gateway = gateway
+    SparkContext._jvm = gateway.jvm
+
+
+def _pass_on(stream: IO[bytes]) -> None:
+    """The JVM's stderr onto ours (whatever ``sys.stderr`` is then: the progress display redirects
+    it), but for its start-up notice."""
+    for line in iter(stream.readline, b""):
+        if JVM_NOTICES.match(line):
+            continue
+        try:
+            sys.stderr.write(line.decode("utf-8", "replace"))
+            sys.stderr.flush()
+        except (OSError, ValueError):  # our stderr closed: keep draining, or the JVM blocks on a full pipe
+            pass

@@ -62,6 +62,8 @@ def run(
     if fault:
         env["OFFSETS_FAULT"] = fault
     cmd = [sys.executable, "-m", "pipelines.cli.main", command, "j", "-c", str(config), "--json", *extra]
+    if kill_on is not None:  # the stages' start lines are DEBUG: --verbose shows them
+        cmd.append("--verbose")
     if kill_at is not None:
         return _kill_at(cmd, env, kill_at, config.parent / "killed-run.log")
     proc = subprocess.Popen(

@@ -92,7 +92,8 @@ def test_overlapping_runs_and_a_killed_run(logs: tuple[Path, int], tmp_path: Pat
     lock = tmp_path / "lakehouse" / "_locks" / "j.lock"
     first_log = tmp_path / "log" / "first.log"
 
-    first = TerminalRun(cli(config, "--log-file", str(first_log)))
+    # --verbose: the stages' start lines (DEBUG) tell when silver is under way
+    first = TerminalRun(cli(config, "--log-file", str(first_log), "--verbose"))
     try:
         # the first run holds the lock once its pid is in the lock file
         def holds() -> bool:

@@ -6,11 +6,9 @@ observation's time — never against gold itself."""
 from __future__ import annotations
 
 import csv
-import gzip
 import itertools
 import json
 from datetime import datetime, timezone
-from pathlib import Path
 
 import pytest
 
@@ -18,11 +16,12 @@ from pipelines.bronze.end_offsets import ingest_end_offsets
 from pipelines.bronze.ingest import ingest_segments
 from pipelines.generate import generate
 from pipelines.gold.build import run_gold
-from pipelines.reference.replay import replay_paths
 from pipelines.runtime import lake
 from pipelines.runtime.config import DumpSource, EndOffsetsFile, SegmentsSource
 from pipelines.runtime.tables import Tables
 from pipelines.silver.ingest import run_silver
+from tests.support.lag import events as lag_events
+from tests.support.lag import expected_lag_history
 
 CLUSTER = "c1"
 
@@ -33,11 +32,6 @@ def _ms(t: datetime) -> int:
 
 def _at(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, timezone.utc)
-
-
-def _events(root: Path) -> list[dict]:
-    with gzip.open(root / "generator-events.jsonl.gz", "rt") as f:
-        return [json.loads(line) for line in f]
 
 
 def _observation_times(events: list[dict]) -> list[int]:
@@ -52,25 +46,12 @@ def _observation_times(events: list[dict]) -> list[int]:
     return [*out, timed[-1] + 60_000]
 
 
-def _committed_as_of(root: Path, events: list[dict], t: int) -> dict[tuple[str, str, int], int]:
-    """The live offsets after every batch the generator wrote at or before ``t`` (its event log's
-    positions), by the reference replay."""
-    stop = {}
-    for e in events:
-        if e["ts"] <= t:
-            stop[e["partition"]] = max(stop.get(e["partition"], 0), e["last_offset"] + 1)
-    for p in {e["partition"] for e in events}:
-        stop.setdefault(p, 0)
-    snap = replay_paths([str(root)], stop_at=stop).snapshot()
-    return {(o["group"], o["topic"], o["partition"]): o["offset"] for o in snap["offsets"]}
-
-
 @pytest.fixture(scope="module")
 def lag(spark, tmp_path_factory: pytest.TempPathFactory):
     base = tmp_path_factory.mktemp("lag")
     root = base / "logs"
     generate(root, 3000, seed=33, partitions=4, segment_bytes=24 * 1024)
-    events = _events(root)
+    events = lag_events(root)
     assert all(a["ts"] <= b["ts"] for a, b in itertools.pairwise(events)), "the clock must not step back"
     expected = json.loads((root / "expected-state.json").read_text())
     live = {(o["group"], o["topic"], o["partition"]): o for o in expected["offsets"]}
@@ -164,16 +145,7 @@ def test_current_lag_is_end_minus_committed_and_null_where_unknown(spark, lag):
 
 
 def test_lag_history_uses_the_offset_committed_as_of_each_observation(spark, lag):
-    exp = json.loads((lag["root"] / "expected-state.json").read_text())
-    ever = {(o["group"], o["topic"], o["partition"]) for o in exp["offsets"]}
-    ever |= {(d["group"], d["topic"], d["partition"]) for d in exp["deleted_offsets"]}
-    as_of = {ts: _committed_as_of(lag["root"], lag["events"], ts) for ts in lag["times"]}
-    want = {}
-    for t, p, end, ts in lag["obs"]:
-        for g, tt, pp in ever:
-            if (tt, pp) == (t, p):
-                committed = as_of[ts].get((g, t, p))
-                want[(g, t, p, ts)] = (end, committed, None if committed is None else end - committed)
+    want = expected_lag_history(lag["root"], lag["obs"])
     rows = spark.read.format("delta").load(lag["tables"].path("gold", "lag_history")).collect()
     got = {
         (r["group_id"], r["topic"], r["partition"], _ms(r["observed_at"])): (
