@@ -140,6 +140,7 @@ class Context:
         self.listener = listener
         self._spark: SparkSession | None = None
         self._tables: Tables | None = None
+        self.attached = False  # the session is a running serve's (attach)
 
     def stage_lock(self, stage: str, run_id: str) -> contextlib.AbstractContextManager[Any]:
         """The lakehouse-wide lock of a silver, gold or quality stage (runtime/lock.py)."""
@@ -157,6 +158,12 @@ class Context:
     def job(self, name: str) -> Job:
         """The job called ``name``; a configuration error naming the known ones when there is none."""
         return find_job(self.config, self.config_path, name)
+
+    def attach(self, spark: SparkSession) -> None:
+        """Use ``spark`` (a running serve's session over Spark Connect, runtime/served.py) instead
+        of starting one."""
+        self._spark = spark
+        self.attached = True
 
     @property
     def spark(self) -> SparkSession:

@@ -38,7 +38,7 @@ from typing import Any
 
 from pipelines.errors import ConfigError, OffsetsLakehouseError
 from pipelines.runner import Context
-from pipelines.runtime import jars, readonly
+from pipelines.runtime import jars, readonly, served
 from pipelines.runtime.tls import TlsTerminator, keystore_from_pem
 
 log = logging.getLogger("offsets_lakehouse.serve")
@@ -199,6 +199,14 @@ class Server:
         self.eps = eps
         self.ctx = Context(config_path, master)  # validates jobs.yaml before the JVM starts
         self.ctx.extra_conf = spark_conf(eps, self.ctx.config.spark.conf, self.access)
+        # what sql and status find under the lakehouse root (runtime/served.py): Connect only
+        connect = next((ep for ep in eps if ep.protocol == "connect"), None)
+        self.state = None
+        if connect is not None:
+            tls, token = self.access.tls_cert is not None, self.access.token is not None
+            self.state = served.new_state(self.ctx.root, connect.host, connect.port, tls, token)
+        if self.state is not None:
+            self.ctx.extra_conf[served.INSTANCE_CONF] = self.state.instance
         self._thrift: Any = None
         self._spark: Any = None  # the session, once started
         self._terminators: list[TlsTerminator] = []
@@ -250,7 +258,25 @@ class Server:
         self.tables = names
         return new
 
+    def announce(self) -> None:
+        """Leave the state file that lets sql and status on this lakehouse use this session; a
+        root that refuses it costs them their speed only."""
+        if self.state is None:
+            return
+        try:
+            where = served.write_state(self.state)
+        except OSError as exc:
+            log.warning("serve state file not written (%s): sql and status will start sessions of their own", exc)
+            self.state = None
+            return
+        log.info("sql and status on this lakehouse use this session (state file %s)", where)
+
     def stop(self) -> None:
+        if self.state is not None:
+            try:
+                served.remove_state(self.state)
+            except OSError as exc:
+                log.warning("serve state file not removed (%s): clients will find it stale", exc)
         for terminator in self._terminators:
             terminator.close()
         self._terminators = []
@@ -291,6 +317,7 @@ def serve(server: Server, refresh_seconds: float, on_ready: Callable[[str], None
         # again: pyspark's SparkContext replaces the SIGINT handler with one that cancels jobs
         # and raises KeyboardInterrupt
         handle_signals()
+        server.announce()
         on_ready(server.ready_line())
         while not stop.is_set():
             wake.wait(refresh_seconds if refresh_seconds > 0 else None)

@@ -44,6 +44,8 @@ _LONGEST_FIRST = (
     "test_fault_points_bronze_gold",
     "test_fault_points_silver",
     "test_silver_crash",
+    # a first run through the CLI with every stage, then the report in this process
+    "test_first_run",
     "test_report_browser",
     # spark: the object store module runs several jobs on the store
     "test_object_store",

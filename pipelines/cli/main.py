@@ -277,6 +277,11 @@ _config_option = click.option(
     help="jobs.yaml to use.",
 )
 _verbose_option = click.option("--verbose", "-v", is_flag=True, help="Debug logs and full tracebacks.")
+_no_serve_option = click.option(
+    "--no-serve",
+    is_flag=True,
+    help="Start a Spark session of its own even when a `serve` runs on the lakehouse (docs/sql.md).",
+)
 _log_file_option = click.option(
     "--log-file",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -435,19 +440,36 @@ def redecode(
 @_config_option
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 @click.option("--partitions", is_flag=True, help="Watermarks per (cluster, partition), not only per cluster.")
+@_no_serve_option
 @_verbose_option
-def status(config_path: Path, as_json: bool, partitions: bool, verbose: bool) -> None:
+def status(config_path: Path, as_json: bool, partitions: bool, no_serve: bool, verbose: bool) -> None:
     """Tables, row counts, bronze watermarks per cluster (--partitions: per partition), the Kafka
-    source's positions and the last runs."""
+    source's positions and the last runs. Uses a running `serve` on the lakehouse when there is one."""
     from pipelines.runner import Context
     from pipelines.status import collect_status
 
     with one_line_errors(verbose):
-        doc = collect_status(Context(config_path), partitions)
+        ctx = Context(config_path)
+        _session(ctx, "status", no_serve)
+        doc = collect_status(ctx, partitions)
     if as_json:
         click.echo(json.dumps(doc, default=str))
     else:
         render_status(doc)
+
+
+def _session(ctx: Any, command: str, no_serve: bool) -> None:
+    """Attach the session of a `serve` running on the lakehouse to ``ctx`` when there is one
+    (runtime/served.py); say on stderr which session answers."""
+    from pipelines.runtime import served
+
+    if no_serve:
+        click.echo(f"{command}: started a Spark session of its own (--no-serve)", err=True)
+        return
+    found = served.find(ctx.root)
+    if found.spark is not None:
+        ctx.attach(found.spark)
+    click.echo(found.describe(command), err=True)
 
 
 @cli.command()
@@ -505,6 +527,7 @@ def crontab_lines(jobs: dict[str, Any], config: Path, workdir: Path) -> str:
     is_flag=True,
     help="Let the statement write (INSERT, DELETE, DROP, ...); without it, it may only read.",
 )
+@_no_serve_option
 @_verbose_option
 def sql(
     query: str | None,
@@ -515,10 +538,12 @@ def sql(
     limit: int,
     print_init: bool,
     allow_writes: bool,
+    no_serve: bool,
     verbose: bool,
 ) -> None:
     """Query the lakehouse with Spark SQL: bronze.*, silver.*, gold.*, quality.* are registered by
-    name. The statement may only read unless --allow-writes (docs/security.md)."""
+    name. The statement may only read unless --allow-writes (docs/security.md). A running `serve`
+    on the lakehouse answers when there is one (not with --allow-writes: it only reads)."""
     from pipelines.runner import Context
     from pipelines.runtime import readonly
 
@@ -532,7 +557,12 @@ def sql(
         if print_init:
             click.echo(ctx.tables.init_sql(), nl=False)
             return
-        if not allow_writes:
+        if allow_writes:
+            no_serve = True  # a serve only reads: writing takes a session of our own
+        _session(ctx, "sql", no_serve)
+        if ctx.attached:
+            pass  # the serve registered every table, and only reads
+        elif not allow_writes:
             ctx.extra_conf |= readonly.conf(ctx.config.spark.conf)
             with readonly.writable(ctx.spark):  # registering the names; the statement only reads
                 ctx.tables.register_existing()

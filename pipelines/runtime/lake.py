@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import unquote
 
@@ -159,8 +160,19 @@ def key_condition(key: Iterable[str], op: str = "=", left: str = "t", right: str
 
 
 # -- reading and inspecting ------------------------------------------------------------------------------
+def remote(spark: SparkSession) -> bool:
+    """Whether ``spark`` is a Spark Connect client (a running ``serve``'s session, runtime/served.py):
+    it has no JVM here, so the Delta log is read with delta-rs instead."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
 def exists(spark: SparkSession, path: str) -> bool:
     """Whether a Delta table is at ``path`` (a directory without ``_delta_log`` is not one)."""
+    if remote(spark):
+        from deltalake import DeltaTable as RsTable
+
+        uri = normalise(path)
+        return RsTable.is_deltatable(uri, storage_options=delta_rs_options(uri))
     return DeltaTable.isDeltaTable(spark, path)
 
 
@@ -402,6 +414,8 @@ def version(spark: SparkSession, path: str) -> int | None:
     """The table's latest version, or None when there is no table yet."""
     if not exists(spark, path):
         return None
+    if remote(spark):
+        return int(_rs_table(path).version())
     return int(_snapshot(spark, path).version())
 
 
@@ -517,6 +531,9 @@ def tagged_commits(spark: SparkSession, path: str) -> Iterator[tuple[int, Any, d
     Lazy: a caller that stops at the first match reads no more of the history than it needs."""
     if not exists(spark, path):
         return
+    if remote(spark):
+        yield from _rs_tagged_commits(path)
+        return
     history = DeltaTable.forPath(spark, path).history().where("userMetadata IS NOT NULL")
     rows = history.select("version", "timestamp", "userMetadata").orderBy("version", ascending=False)
     for row in rows.toLocalIterator():
@@ -526,6 +543,18 @@ def tagged_commits(spark: SparkSession, path: str) -> Iterator[tuple[int, Any, d
             continue
         if isinstance(meta, dict):
             yield int(row["version"]), row["timestamp"], meta
+
+
+def _rs_tagged_commits(path: str) -> Iterator[tuple[int, Any, dict[str, Any]]]:
+    """:func:`tagged_commits` by delta-rs (no JVM: a Spark Connect client)."""
+    for commit in _rs_table(path).history():  # newest first
+        try:
+            meta = json.loads(commit.get("userMetadata") or "null")
+        except ValueError:
+            continue
+        if isinstance(meta, dict):
+            at = datetime.fromtimestamp(commit["timestamp"] / 1000, timezone.utc).replace(tzinfo=None)
+            yield int(commit["version"]), at, meta
 
 
 # -- concurrent writers --------------------------------------------------------------------------------------

@@ -226,6 +226,15 @@ class Tables:
             names += self.ensure_views(layer, names)
         return names
 
+    def registered(self) -> list[str]:
+        """The names this session's catalog already has (a serve's session: it registered them)."""
+        out = []
+        for layer in self.specs:
+            schema = self.schema_names[layer]
+            if self.spark.catalog.databaseExists(schema):
+                out += [f"{schema}.{t.name}" for t in self.spark.catalog.listTables(schema)]
+        return out
+
     def _view_body(self, view: ViewSpec) -> str:
         names = [*self.specs.get(view.layer, {}), *(v.name for v in load_views() if v.layer == view.layer)]
         return view.sql.format(**{t: self.name(view.layer, t) for t in names})

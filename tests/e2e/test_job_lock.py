@@ -133,6 +133,10 @@ def test_overlapping_runs_and_a_killed_run(logs: tuple[Path, int], tmp_path: Pat
     )
     assert "bronze: ingesting source s" not in shown, "logs go to --log-file, not the terminal"
     assert "bronze: ingesting source s" in first_log.read_text()
+    # --verbose: Spark's own log configuration and warnings (hidden by default, test_first_run.py)
+    # and each step's DEBUG line
+    assert "Using Spark's default log4j profile" in shown and "WARNING: Using incubator modules" in shown
+    assert re.search(r"DEBUG offsets_lakehouse: bronze: plan files took [\d.]+ s", first_log.read_text())
 
     # the killed run's lock does not block the next run, which completes; piped and --json: no progress
     next_log = tmp_path / "log" / "next.log"

@@ -194,13 +194,55 @@ def test_a_table_created_after_start_becomes_queryable(served: Served, lakehouse
     assert header == [c.name for c in load_specs()["quality"]["results"].columns]
 
 
-def test_sigint_stops_the_server_with_exit_code_0(served: Served) -> None:
+def _cli(lakehouse: Context, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pipelines.cli.main", *args, "-c", str(lakehouse.config_path)],
+        cwd=lakehouse.base_dir,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_sql_uses_the_running_serve_and_answers_as_a_session_of_its_own(served: Served, lakehouse: Context) -> None:
+    state = json.loads((Path(lakehouse.root) / "_serve" / "connect.json").read_text())
+    assert (state["port"], state["root"]) == (served.connect, lakehouse.root)
+    assert (state["token"], state["tls"]) == (False, False)  # what a client needs to bring, never a secret
+    query = OFFSETS_QUERY
+    via_serve = _cli(lakehouse, "sql", "--json", query)
+    assert via_serve.returncode == 0, via_serve.stderr[-3000:]
+    assert f"sql: answered by the running serve at sc://127.0.0.1:{served.connect} " in via_serve.stderr
+    own = _cli(lakehouse, "sql", "--json", "--no-serve", query)
+    assert own.returncode == 0, own.stderr[-3000:]
+    assert "sql: started a Spark session of its own (--no-serve)" in own.stderr
+    assert len(own.stdout.splitlines()) > 50 and via_serve.stdout == own.stdout
+    # through the serve a statement only reads, as it does in a session of its own
+    write = _cli(lakehouse, "sql", "DROP TABLE gold.current_offsets")
+    assert write.returncode != 0 and "only reads" in write.stderr, write.stderr[-2000:]
+    assert "answered by the running serve" in write.stderr
+
+
+def test_status_uses_the_running_serve(served: Served, lakehouse: Context, spark) -> None:
+    from pipelines.status import collect_status
+
+    done = _cli(lakehouse, "status", "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"status: answered by the running serve at sc://127.0.0.1:{served.connect} " in done.stderr
+    got = json.loads(done.stdout)
+    want = json.loads(json.dumps(collect_status(lakehouse), default=str))
+    for part in ("tables", "watermarks", "silver", "kafka_positions", "notes"):
+        assert got[part] == want[part], part
+    assert len(got["tables"]) > 20 and got["watermarks"]
+
+
+def test_sigint_stops_the_server_with_exit_code_0(served: Served, lakehouse: Context) -> None:
     # SIGINT rather than SIGTERM: pyspark installs its own SIGINT handler, which serve must replace
     # (both end in the same handler; SIGTERM is checked by hand, docs/sql.md)
     served.proc.send_signal(signal.SIGINT)
     assert served.proc.wait(timeout=120) == 0
     with socket.socket() as s:
         assert s.connect_ex(("127.0.0.1", served.thrift)) != 0  # the port is closed
+    assert not (Path(lakehouse.root) / "_serve" / "connect.json").exists(), "a stopped serve leaves no state file"
 
 
 # --- sql --format and tables (in this process, on this session) ----------------------------------

@@ -228,6 +228,30 @@ def test_wrong_passwords_and_tokens_are_refused(served: Served, tls) -> None:
     assert "error" in got["count"] and re.search(r"UNAUTHENTICATED|[Ii]nvalid|token", got["count"]["error"]), got
 
 
+def test_sql_uses_the_serve_with_the_clients_own_token(served: Served, lakehouse: Context, tls, spark) -> None:
+    """The state file says a token and TLS are needed, never which token: `sql` presents its own
+    (OFFSETS_SERVE_TOKEN) and trusts the serve's certificate (OFFSETS_SERVE_CA); without a token it
+    says why it does not use the serve (the fallback itself runs in the test below)."""
+    doc = (Path(lakehouse.root) / "_serve" / "connect.json").read_text()
+    assert TOKEN not in doc and json.loads(doc)["token"] is True and json.loads(doc)["tls"] is True
+    query = "SELECT count(*) AS n FROM gold.current_offsets"
+    cmd = [sys.executable, "-m", "pipelines.cli.main", "sql", "-c", str(lakehouse.config_path), "--json", query]
+    env = {**os.environ, "OFFSETS_SERVE_TOKEN": TOKEN, "OFFSETS_SERVE_CA": str(tls["cert"])}
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=lakehouse.base_dir, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"sql: answered by the running serve at sc://127.0.0.1:{served.connect} " in done.stderr
+    assert json.loads(done.stdout) == {"n": spark.table("gold.current_offsets").count()}
+    probe = "from pipelines.runtime import served; print(served.find(sys.argv[1]).describe('sql'))"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OFFSETS_SERVE_TOKEN")}
+    without = subprocess.run(
+        [sys.executable, "-c", f"import sys; {probe}", lakehouse.root], capture_output=True, text=True, env=env
+    )
+    assert without.stdout.strip() == (
+        f"sql: started a Spark session of its own (the serve at sc://127.0.0.1:{served.connect} needs a token: "
+        "set OFFSETS_SERVE_TOKEN or OFFSETS_SERVE_TOKEN_FILE)"
+    ), without.stderr[-2000:]
+
+
 def test_binding_beyond_loopback_without_authentication_is_refused(lakehouse: Context) -> None:
     for args, why in (
         (["--protocol", "thrift"], "needs authentication (--passwords FILE"),
