@@ -123,6 +123,20 @@ def test_the_demo_has_lag_as_its_snapshots_and_expected_state_imply(spark, first
     assert all(lag >= 0 for _, _, lag in got_history.values() if lag is not None), "an end is never behind a commit"
 
 
+def test_the_analyst_guides_lag_query_has_a_row_per_group(spark, first) -> None:
+    """docs/analyst-guide.md's lag-per-group query on the demo: every live group, every lag known."""
+    from pipelines.runner import Context
+    from tests.spark.test_analyst_guide import guide_queries
+
+    expected = json.loads((first["logs"] / "expected-state.json").read_text())
+    groups = {o["group"] for o in expected["offsets"]}
+    Context(first["config"]).tables.register_existing()
+    query = guide_queries()["lag-per-group"].replace("${cluster}", "demo")
+    rows = spark.sql(query).collect()
+    assert {r["group_id"] for r in rows} == groups and len(rows) == len(groups)
+    assert all(r["partitions_lag_unknown"] == 0 and r["worst_partition_lag"] is not None for r in rows)
+
+
 def test_the_reports_lag_panel_is_drawn(spark, first) -> None:
     from pipelines.report import build_report
     from pipelines.runner import Context
