@@ -101,11 +101,14 @@ def write_state(state: ServeState) -> str:
 
 def read_state(root: str) -> ServeState | None:
     """The state file of ``root``; None when there is none. A file that does not parse is an error."""
-    filesys, path = files.filesystem(state_uri(root))
+    uri = state_uri(root)
+    if not files.exists(uri):  # an object store's missing key is not always a FileNotFoundError
+        return None
+    filesys, path = files.filesystem(uri)
     try:
         with filesys.open_input_stream(path) as stream:
             doc = json.loads(stream.read().decode("utf-8"))
-    except FileNotFoundError:
+    except FileNotFoundError:  # removed since: its serve stopped
         return None
     return ServeState(**doc)
 
