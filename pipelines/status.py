@@ -8,6 +8,7 @@ from pyspark.sql import functions as F
 
 from pipelines.bronze.kafka_source import last_runs
 from pipelines.quality.report import load_report
+from pipelines.runtime import lake
 from pipelines.silver.progress import silver_status
 
 if TYPE_CHECKING:
@@ -47,8 +48,8 @@ def collect_status(ctx: Context, partitions: bool = False) -> dict[str, Any]:
     ``partitions``), the Kafka source's positions, silver's progress, the last quality run and the
     last runs, with notes on what needs attention."""
     tables = ctx.tables
-    # a serve's session has every table registered, and only reads
-    names = tables.registered() if ctx.attached else tables.register_existing()
+    # a serve's session (a Spark Connect client here) has every table registered, and only reads
+    names = tables.registered() if lake.remote(ctx.spark) else tables.register_existing()
     doc: dict[str, Any] = {"root": ctx.root, "tables": [], "watermarks": [], "runs": [], "notes": []}
     present = [(tables.name(layer, t), tables.path(layer, t)) for layer in tables.specs for t in tables.specs[layer]]
     present = [(name, path) for name, path in present if name in names]

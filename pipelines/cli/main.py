@@ -450,7 +450,7 @@ def status(config_path: Path, as_json: bool, partitions: bool, no_serve: bool, v
 
     with one_line_errors(verbose):
         ctx = Context(config_path)
-        _session(ctx, "status", no_serve)
+        _session(ctx, "status", "--no-serve" if no_serve else None)
         doc = collect_status(ctx, partitions)
     if as_json:
         click.echo(json.dumps(doc, default=str))
@@ -458,13 +458,14 @@ def status(config_path: Path, as_json: bool, partitions: bool, no_serve: bool, v
         render_status(doc)
 
 
-def _session(ctx: Any, command: str, no_serve: bool) -> None:
+def _session(ctx: Any, command: str, own: str | None) -> None:
     """Attach the session of a `serve` running on the lakehouse to ``ctx`` when there is one
-    (runtime/served.py); say on stderr which session answers."""
+    (runtime/served.py), unless the option ``own`` asks for a session of its own; say on stderr
+    which session answers."""
     from pipelines.runtime import served
 
-    if no_serve:
-        click.echo(f"{command}: started a Spark session of its own (--no-serve)", err=True)
+    if own is not None:
+        click.echo(f"{command}: started a Spark session of its own ({own})", err=True)
         return
     found = served.find(ctx.root)
     if found.spark is not None:
@@ -557,18 +558,15 @@ def sql(
         if print_init:
             click.echo(ctx.tables.init_sql(), nl=False)
             return
+        # a serve only reads: a statement allowed to write takes a session of our own
+        _session(ctx, "sql", "--allow-writes" if allow_writes else "--no-serve" if no_serve else None)
         if allow_writes:
-            no_serve = True  # a serve only reads: writing takes a session of our own
-        _session(ctx, "sql", no_serve)
-        if ctx.attached:
-            pass  # the serve registered every table, and only reads
-        elif not allow_writes:
+            ctx.tables.register_existing()
+        elif not ctx.attached:  # (a serve's session has every table registered, and only reads)
             ctx.extra_conf |= readonly.conf(ctx.config.spark.conf)
             with readonly.writable(ctx.spark):  # registering the names; the statement only reads
                 ctx.tables.register_existing()
             readonly.allow_root(ctx.spark, ctx.root)
-        else:
-            ctx.tables.register_existing()
         text = query_file.read_text() if query_file else query
         try:
             df = ctx.spark.sql(text)
