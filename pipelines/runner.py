@@ -140,7 +140,6 @@ class Context:
         self.listener = listener
         self._spark: SparkSession | None = None
         self._tables: Tables | None = None
-        self.attached = False  # the session is a running serve's (attach)
 
     def stage_lock(self, stage: str, run_id: str) -> contextlib.AbstractContextManager[Any]:
         """The lakehouse-wide lock of a silver, gold or quality stage (runtime/lock.py)."""
@@ -163,7 +162,11 @@ class Context:
         """Use ``spark`` (a running serve's session over Spark Connect, runtime/served.py) instead
         of starting one."""
         self._spark = spark
-        self.attached = True
+
+    @property
+    def attached(self) -> bool:
+        """Whether the session is a running serve's (:meth:`attach`); never starts one."""
+        return self._spark is not None and lake.remote(self._spark)
 
     @property
     def spark(self) -> SparkSession:

@@ -404,6 +404,16 @@ def _rs_table(path: str, version: int | None = None) -> Any:
     return DeltaTable(uri, version=version, storage_options=delta_rs_options(uri))
 
 
+def _rs_table_or_none(path: str) -> Any:
+    """:func:`_rs_table`, or None when there is no table at ``path``."""
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        return _rs_table(path)
+    except TableNotFoundError:
+        return None
+
+
 def _plain_strings(table: pa.Table) -> pa.Table:
     """delta-rs returns string views; the rest of the pipeline (and Spark) speaks plain strings."""
     fields = [pa.field(f.name, pa.string() if pa.types.is_string_view(f.type) else f.type) for f in table.schema]
@@ -412,10 +422,11 @@ def _plain_strings(table: pa.Table) -> pa.Table:
 
 def version(spark: SparkSession, path: str) -> int | None:
     """The table's latest version, or None when there is no table yet."""
+    if remote(spark):
+        table = _rs_table_or_none(path)
+        return None if table is None else int(table.version())
     if not exists(spark, path):
         return None
-    if remote(spark):
-        return int(_rs_table(path).version())
     return int(_snapshot(spark, path).version())
 
 
@@ -529,10 +540,10 @@ def tagged_commits(spark: SparkSession, path: str) -> Iterator[tuple[int, Any, d
     """(version, timestamp, metadata) of the commits made under :func:`commit_metadata`, newest
     first; commits whose metadata is not a JSON object are skipped. Nothing when there is no table.
     Lazy: a caller that stops at the first match reads no more of the history than it needs."""
-    if not exists(spark, path):
-        return
     if remote(spark):
         yield from _rs_tagged_commits(path)
+        return
+    if not exists(spark, path):
         return
     history = DeltaTable.forPath(spark, path).history().where("userMetadata IS NOT NULL")
     rows = history.select("version", "timestamp", "userMetadata").orderBy("version", ascending=False)
@@ -547,7 +558,8 @@ def tagged_commits(spark: SparkSession, path: str) -> Iterator[tuple[int, Any, d
 
 def _rs_tagged_commits(path: str) -> Iterator[tuple[int, Any, dict[str, Any]]]:
     """:func:`tagged_commits` by delta-rs (no JVM: a Spark Connect client)."""
-    for commit in _rs_table(path).history():  # newest first
+    table = _rs_table_or_none(path)
+    for commit in table.history() if table is not None else ():  # newest first
         try:
             meta = json.loads(commit.get("userMetadata") or "null")
         except ValueError:

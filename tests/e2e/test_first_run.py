@@ -16,7 +16,6 @@ import re
 import subprocess
 import sys
 from collections import Counter
-from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -25,7 +24,7 @@ from pipelines.generate import generate
 from pipelines.generate.end_offsets import FILE, read
 from tests.e2e.test_report_browser import rendered
 from tests.support.jvm import SHORT_RUN_YAML
-from tests.support.lag import expected_lag_history
+from tests.support.lag import expected_lag_history, lag_history_rows
 
 REPO = Path(__file__).resolve().parents[2]
 STAGES = ("bronze", "silver", "gold", "quality")
@@ -86,10 +85,6 @@ def test_the_first_run_prints_one_line_per_stage_step_and_no_spark_warning(first
     assert re.search(r"INFO offsets_lakehouse: gold: .*\(4 partitions recomputed: first run\).* in [\d.]+ s: ", text)
 
 
-def _ms(t: datetime) -> int:
-    return int(t.timestamp() * 1000)
-
-
 def test_the_demo_has_lag_as_its_snapshots_and_expected_state_imply(spark, first) -> None:
     snapshots = read(first["logs"])
     assert len({s["observed_at"] for s in snapshots}) > 5, "snapshots across the run, not one"
@@ -110,15 +105,7 @@ def test_the_demo_has_lag_as_its_snapshots_and_expected_state_imply(spark, first
 
     observations = [(s["topic"], s["partition"], s["end_offset"], s["observed_at"]) for s in snapshots]
     history = spark.read.format("delta").load(str(lakehouse / "gold" / "lag_history")).collect()
-    got_history = {
-        (r["group_id"], r["topic"], r["partition"], _ms(r["observed_at"])): (
-            r["end_offset"],
-            r["committed_offset"],
-            r["lag"],
-        )
-        for r in history
-    }
-    assert len(history) == len(got_history)
+    got_history = lag_history_rows(history)
     assert got_history == expected_lag_history(first["logs"], observations)
     assert all(lag >= 0 for _, _, lag in got_history.values() if lag is not None), "an end is never behind a commit"
 

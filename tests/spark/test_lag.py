@@ -21,7 +21,7 @@ from pipelines.runtime.config import DumpSource, EndOffsetsFile, SegmentsSource
 from pipelines.runtime.tables import Tables
 from pipelines.silver.ingest import run_silver
 from tests.support.lag import events as lag_events
-from tests.support.lag import expected_lag_history
+from tests.support.lag import expected_lag_history, lag_history_rows
 
 CLUSTER = "c1"
 
@@ -147,16 +147,7 @@ def test_current_lag_is_end_minus_committed_and_null_where_unknown(spark, lag):
 def test_lag_history_uses_the_offset_committed_as_of_each_observation(spark, lag):
     want = expected_lag_history(lag["root"], lag["obs"])
     rows = spark.read.format("delta").load(lag["tables"].path("gold", "lag_history")).collect()
-    got = {
-        (r["group_id"], r["topic"], r["partition"], _ms(r["observed_at"])): (
-            r["end_offset"],
-            r["committed_offset"],
-            r["lag"],
-        )
-        for r in rows
-    }
-    assert len(rows) == len(got)
-    assert got == want
+    assert lag_history_rows(rows) == want
     # the history is not just the current state: some group's committed offset changed between
     # observations, and some observation predates a group's first commit
     by_key: dict[tuple, set] = {}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 from pathlib import Path
+from typing import Any
 
 from pipelines.reference.replay import replay_paths
 
@@ -47,3 +48,18 @@ def expected_lag_history(root: Path, observations: list[tuple[str, int, int, int
                 committed = as_of[ts].get((g, t, p))
                 want[(g, t, p, ts)] = (end, committed, None if committed is None else end - committed)
     return want
+
+
+def lag_history_rows(rows: list[Any]) -> LagRows:
+    """gold.lag_history's rows (Spark rows) keyed as :func:`expected_lag_history` keys them; a
+    duplicate key is an error."""
+    got: LagRows = {
+        (r["group_id"], r["topic"], r["partition"], int(r["observed_at"].timestamp() * 1000)): (
+            r["end_offset"],
+            r["committed_offset"],
+            r["lag"],
+        )
+        for r in rows
+    }
+    assert len(got) == len(rows), "two lag_history rows with one key"
+    return got
