@@ -301,3 +301,32 @@ def gold_differences(spark, tables, expected_state: Path, cluster: str | None = 
             extra = sorted(set(have) - set(expected), key=str)
             out.append(f"{part}: {len(have)} rows, expected {len(expected)}; missing {missing[:3]}, extra {extra[:3]}")
     return out
+
+
+# what a quality outcome says about the data (incremental and full validations must agree on it;
+# not how it was validated, nor the samples of unexpected values, which are a sample of either)
+_VERDICT = ("evaluated", "success", "action", "element_count", "unexpected_count", "observed_value")
+
+
+def quality_differences(got: list, full: list) -> tuple[int, list[str]]:
+    """Compare quality outcomes (``results.Outcome``) with a full validation's, rule by rule:
+    returns how many rules were compared and a line per difference (a rule missing from either
+    side is one)."""
+    mine = {(o.suite, o.expectation): o for o in got}
+    theirs = {(o.suite, o.expectation): o for o in full}
+    out = [f"{s}.{e}: only in {'the first' if (s, e) in mine else 'the full validation'}"
+           for s, e in sorted(set(mine) ^ set(theirs))]  # fmt: skip
+    compared = 0
+    for rule in sorted(set(mine) & set(theirs)):
+        a, b = mine[rule], theirs[rule]
+        compared += 1
+        for f in _VERDICT:
+            if getattr(a, f) != getattr(b, f):
+                out.append(f"{rule[0]}.{rule[1]}: {f} {getattr(a, f)!r} != {getattr(b, f)!r}")
+        pa, pb = a.unexpected_percent, b.unexpected_percent
+        if (pa is None) != (pb is None) or (pa is not None and abs(pa - pb) > 1e-9):
+            out.append(f"{rule[0]}.{rule[1]}: unexpected_percent {pa!r} != {pb!r}")
+        if a.details.get("missing_count") != b.details.get("missing_count"):
+            out.append(f"{rule[0]}.{rule[1]}: missing_count {a.details.get('missing_count')!r} != "
+                       f"{b.details.get('missing_count')!r}")  # fmt: skip
+    return compared, out

@@ -48,8 +48,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.common import Split, generated, gold_differences, split_log  # noqa: E402
-from pipelines.runner import Context, run_job  # noqa: E402
+from bench.common import Split, generated, gold_differences, quality_differences, split_log  # noqa: E402
+from pipelines.runner import Context, quality_job, run_job  # noqa: E402
 
 RUNS = ("initial", "increment", "no-op")
 DATA_STAGES = ("bronze", "silver", "gold")
@@ -118,6 +118,7 @@ def _store_versions(root: str) -> dict[str, int]:
 
 
 STORE_DIRECT: str | None = None  # the store's endpoint behind the counting proxy
+QUALITY_OUTCOMES: dict[str, list[Any]] = {}  # run -> its quality stage's outcomes
 
 
 def commits_between(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
@@ -252,6 +253,10 @@ def stage_numbers(stage: str, details: list[dict[str, Any]]) -> dict[str, Any]:
         "suites": sum(len(d["suites"]) for d in details),
         "failed": [f for d in details for f in d["failed"]],
         "quarantined": sum(d["quarantined"] for d in details),
+        # suites per way of validation: unchanged, incremental (on the changes), full
+        "validated": {
+            k: sum(d.get("validated", {}).get(k, 0) for d in details) for k in ("unchanged", "incremental", "full")
+        },
     }
 
 
@@ -277,6 +282,8 @@ def run_once(
             seconds = time.perf_counter() - t
             if report.status != "ok":
                 sys.exit(f"{label}: stage {stage} ended {report.status}: {json.dumps(report.to_json(), default=str)}")
+            if stage == "quality":
+                QUALITY_OUTCOMES[label] = report.quality_outcomes
             numbers = stage_numbers(stage, [d for s in report.stages for d in s.details])
             out["stages"][stage] = {
                 "seconds": round(seconds, 2),
@@ -430,6 +437,14 @@ def _bench(args: argparse.Namespace, conf: dict[str, str], logs: Path, work: Pat
             runs.append(run_once(ctx, label, stages, root, memory, proxy))
             if label != "initial":
                 wrong[label] = gold_differences(spark, ctx.tables, logs / "expected-state.json")
+            if label == "increment" and args.quality:
+                # the increment's quality outcomes against a full validation of the same tables (not timed)
+                full = quality_job(ctx, JOB, full=True).quality_outcomes
+                compared, differences = quality_differences(QUALITY_OUTCOMES[label], full)
+                wrong["quality"] = differences
+                runs[-1]["quality_compared_with_full"] = {"rules": compared, "differences": differences}
+                print(f"quality after the increment: {compared} rules compared with a full validation, "
+                      f"{len(differences)} differ", file=sys.stderr)  # fmt: skip
         hwm = memory.high_water_marks()
     result = {
         "benchmark": "pipeline",
@@ -452,7 +467,7 @@ def _bench(args: argparse.Namespace, conf: dict[str, str], logs: Path, work: Pat
         "load_average": {"start": load_start, "end": load_average()},
         "runs": runs,
         "peak_rss_mib": hwm,
-        "gold_equals_expected_state": {label: not w for label, w in wrong.items()},
+        "gold_equals_expected_state": {label: not w for label, w in wrong.items() if label != "quality"},
     }
     print_report(result)
     if args.json:
@@ -461,15 +476,20 @@ def _bench(args: argparse.Namespace, conf: dict[str, str], logs: Path, work: Pat
     for label, w in wrong.items():
         if w:
             failed = True
-            print(
-                f"wrong result: after the {label} run gold differs from the generator's expected state:",
-                file=sys.stderr,
+            what = (
+                "the increment's quality outcomes differ from a full validation's"
+                if label == "quality"
+                else f"after the {label} run gold differs from the generator's expected state"
             )
+            print(f"wrong result: {what}:", file=sys.stderr)
             for line in w:
                 print(f"  {line}", file=sys.stderr)
     if failed:
         return 1
     print("gold equals the generator's expected state after the increment and after the no-op run")
+    if args.quality:
+        rules = runs[1]["quality_compared_with_full"]["rules"]
+        print(f"the increment's quality outcomes equal a full validation's ({rules} rules compared)")
     return 0
 
 

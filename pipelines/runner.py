@@ -253,7 +253,7 @@ def run_job(
     checks = quality_checkpoints(data_stages) if "quality" in wanted else {}
     _check_kafka(ctx, job, bronze="bronze" in data_stages, quality="quality" in wanted)
     if "quality" in wanted and not data_stages:
-        _quality(ctx, job_name, report, None)
+        _quality(ctx, job_name, report, None, full=full_refresh)
         return report
     for stage in data_stages:
         exclusive = ctx.stage_lock(stage, report.run_id) if stage in LAKEHOUSE_STAGES else contextlib.nullcontext()
@@ -263,7 +263,8 @@ def run_job(
                 lambda stage=stage: DATA_STAGES[stage].run(ctx, job.sources, report.run_id, full_refresh),
                 retried=sr.conflicts.append,
             )
-        if stage in checks and not _quality(ctx, job_name, report, stage, checks[stage]):
+        # after a full refresh every table is new: one full validation costs less than the increment's two
+        if stage in checks and not _quality(ctx, job_name, report, stage, checks[stage], full=full_refresh):
             log.error("quality: a rule with policy fail failed after %s: the run stops here (exit code 3)", stage)
             break
     return report
@@ -311,10 +312,15 @@ def _validating(ctx: Context, run_id: str, layers: tuple[str, ...]) -> Iterator[
 
 
 def _quality(
-    ctx: Context, job_name: str | None, report: RunReport, after: str | None, layers: tuple[str, ...] | None = None
+    ctx: Context,
+    job_name: str | None,
+    report: RunReport,
+    after: str | None,
+    layers: tuple[str, ...] | None = None,
+    full: bool = False,
 ) -> bool:
     """Run the suites of ``layers`` (all without), recorded as a quality stage; False when a
-    rule with policy fail failed."""
+    rule with policy fail failed. ``full``: no suite validated on changes alone."""
     job = ctx.config.jobs.get(job_name) if job_name else None
     settings = job.quality if job else QualitySettings()
     sources = job.sources if job else list(ctx.config.sources)
@@ -335,6 +341,7 @@ def _quality(
                 job=job_name,
                 after=after,
                 earlier=report.quality_outcomes,
+                full=full,
             ),
             retried=sr.conflicts.append,
         )
@@ -353,6 +360,10 @@ def quality_summary(result: QualityReport) -> str:
     text = ", ".join(parts) or "no rules"
     if any(n.startswith("nothing changed since") for n in result.notes):
         text += " (nothing changed since the last validation: its outcomes stand)"
+    elif set(result.validated) - {"full"}:
+        ways = {"incremental": "on their changes", "unchanged": "unchanged", "full": "in full"}
+        counts = [f"{result.validated[k]} {w}" for k, w in ways.items() if result.validated.get(k)]
+        text += f" (suites: {', '.join(counts)})"
     return text
 
 
@@ -399,13 +410,14 @@ def _live_truth(ctx: Context, sources: list[str]) -> TruthSnapshot | None:
     return truth
 
 
-def quality_job(ctx: Context, job_name: str | None, run_id: str | None = None) -> RunReport:
+def quality_job(ctx: Context, job_name: str | None, run_id: str | None = None, full: bool = False) -> RunReport:
     """``offsets-lakehouse quality [JOB]``: every suite on the tables as they are. Without a job:
-    the default policies, and partition counts from every source in jobs.yaml."""
+    the default policies, and partition counts from every source in jobs.yaml. ``full``: every
+    suite on its whole tables, none on what changed since the last validation alone."""
     job = ctx.job(job_name) if job_name is not None else None
     _check_kafka(ctx, job, bronze=False, quality=True)
     report = RunReport.start(job_name or "-", run_id)
-    _quality(ctx, job_name, report, None)
+    _quality(ctx, job_name, report, None, full=full)
     return report
 
 

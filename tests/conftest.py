@@ -59,6 +59,7 @@ _LONGEST_FIRST = (
     "test_gold_splits",
     "test_bronze_segments",
     "test_quality_pipeline",
+    "test_quality_incremental",
     "test_cli_errors",
     "test_bronze_s3",
     "test_silver_quarantine",

@@ -361,6 +361,12 @@ def _exit_with(report: Any, as_json: bool) -> None:
 @click.argument("job", required=False)
 @_config_option
 @click.option("--run", "run_id", help="quality report: the run to show (default: the latest).")
+@click.option(
+    "--full",
+    is_flag=True,
+    help="Validate every suite on its whole tables (default: a suite whose tables changed since the "
+    "last validation is validated on the changes, where it can be).",
+)
 @click.option("--master", help="Spark master URL (overrides jobs.yaml).")
 @click.option("--json", "as_json", is_flag=True, help="Print the run report (or the quality report) as JSON.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
@@ -370,6 +376,7 @@ def quality(
     job: str | None,
     config_path: Path,
     run_id: str | None,
+    full: bool,
     master: str | None,
     as_json: bool,
     log_format: str,
@@ -397,7 +404,7 @@ def quality(
     with one_line_errors(verbose), _job_lock(config_path, job) if job else contextlib.nullcontext() as lock_id:
         from pipelines.runner import Context, quality_job
 
-        report = quality_job(Context(config_path, master), job, lock_id)
+        report = quality_job(Context(config_path, master), job, lock_id, full=full)
     _exit_with(report, as_json)
 
 

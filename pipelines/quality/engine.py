@@ -129,12 +129,26 @@ class Engine:
         run_id: str,
         names: list[str] | None = None,
         local_max_rows: int = 0,
+        docs: bool = True,
     ) -> list[RawResult]:
         """Run the suite's expectations (or those in ``names``) on ``df``; one result each. Counts
         first; when a rule fails, again with samples of unexpected values, and that validation
         replaces the first in the store the Data Docs are built from. ``df`` goes to the pandas
-        engine when it has at most ``local_max_rows`` rows (0: always Spark)."""
+        engine when it has at most ``local_max_rows`` rows (0: always Spark). ``docs``: the
+        validation stays in the store the run's Data Docs are built from."""
         self._start_run(run_id)
+        stored = set(self.context.validation_results_store.list_keys())
+        try:
+            return self._validate_either(suite, df, params, run_id, names, local_max_rows)
+        finally:
+            if not docs:
+                store = self.context.validation_results_store
+                for key in set(store.list_keys()) - stored:
+                    store.remove_key(key)
+
+    def _validate_either(
+        self, suite: Suite, df: DataFrame, params: dict[str, Any], run_id: str, names, local_max_rows: int
+    ) -> list[RawResult]:
         gx_suite = build_suite(suite, params, names)
         if local_max_rows > 0:
             # one job computes the frame and collects it; a frame found larger goes to Spark

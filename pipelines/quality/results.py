@@ -90,8 +90,19 @@ def summarize(outcomes: list[Outcome]) -> list[SuiteSummary]:
     return out
 
 
+def plain(value: Any) -> Any:
+    """``value`` with numpy scalars (GX's pandas engine reports sums as ``np.int64``) as Python
+    numbers, inside lists and dicts too: stored as JSON numbers, read back equal."""
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    item = getattr(value, "item", None)
+    return item() if callable(item) and type(value).__module__ == "numpy" else value
+
+
 def _json(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, default=str, sort_keys=True)
+    return None if value is None else json.dumps(plain(value), default=str, sort_keys=True)
 
 
 def write_results(

@@ -19,9 +19,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pipelines.quality import incremental
 from pipelines.quality.docs import add_summary, docs_root, docs_uri, point_latest
 from pipelines.quality.engine import engine
-from pipelines.quality.frames import Frame, Inputs, load_frame
+from pipelines.quality.frames import Frame, Inputs, load_frame, sources
 from pipelines.quality.quarantine import offender_keys, offenders
 from pipelines.quality.results import (
     FAILED,
@@ -29,6 +30,7 @@ from pipelines.quality.results import (
     QUARANTINED,
     Outcome,
     action_for,
+    plain,
     read_results,
     summarize,
     write_results,
@@ -55,6 +57,8 @@ class QualityReport:
     data_docs: str | None = None
     quarantined: int = 0
     notes: list[str] = field(default_factory=list)
+    # suites per way of validation (incremental.py): unchanged, incremental, full
+    validated: dict[str, int] = field(default_factory=dict)
 
     @property
     def failed(self) -> bool:
@@ -70,6 +74,7 @@ class QualityReport:
             "quarantined": self.quarantined,
             "data_docs": self.data_docs,
             "notes": self.notes,
+            "validated": self.validated,
         }
 
 
@@ -120,9 +125,11 @@ def evaluate_suite(
     overrides: dict[str, str] | None = None,
     requirements: set[str] | None = None,
     local_max_rows: int = 0,
+    docs: bool = True,
 ) -> tuple[list[Outcome], list[tuple[Outcome, str]]]:
     """GX on one frame. Returns the outcomes and, for rules whose policy is quarantine and that
-    failed, (outcome, offending-row predicate) pairs for the mover."""
+    failed, (outcome, offending-row predicate) pairs for the mover. ``docs``: the validation is
+    shown in the run's Data Docs (not the earlier state of an increment's groups)."""
     requirements = requirements or set()
     outcomes: list[Outcome] = []
     to_quarantine: list[tuple[Outcome, str]] = []
@@ -151,7 +158,7 @@ def evaluate_suite(
             run.append(e.name)
     if not run or frame.df is None:
         return outcomes, to_quarantine
-    for raw in engine().validate(suite, frame.df, params, run_id, run, local_max_rows):
+    for raw in engine().validate(suite, frame.df, params, run_id, run, local_max_rows, docs):
         e = raw.expectation
         r = raw.result
         details: dict[str, Any] = {"kwargs": raw.kwargs}
@@ -170,7 +177,7 @@ def evaluate_suite(
             evaluated=True,
             success=raw.success,
             action=action_for(raw.success, True, policy),
-            observed_value=r.get("observed_value"),
+            observed_value=plain(r.get("observed_value")),
             element_count=r.get("element_count"),
             unexpected_count=r.get("unexpected_count"),
             unexpected_percent=r.get("unexpected_percent"),
@@ -198,8 +205,11 @@ def run_quality(
     now_ms: int | None = None,
     earlier: list[Outcome] | None = None,
     suites: Suites | None = None,
+    full: bool = False,
 ) -> QualityReport:
-    """Evaluate the suites of ``layers``; quarantine, persist results, build Data Docs."""
+    """Evaluate the suites of ``layers``; quarantine, persist results, build Data Docs. A suite is
+    validated on what changed since the last validation where it can be (incremental.py);
+    ``full``: every suite on its whole tables."""
 
     suites = suites or load_suites()
     report = QualityReport(run_id, after)
@@ -215,23 +225,17 @@ def run_quality(
     key, seen = "+".join(layers), None
     if truth is None:
         seen = _inputs_fingerprint(spark, tables, suites, layers, params, settings, partitions, now_ms)
-        if (memo.get(key) or {}).get("inputs") == seen:
+        if not full and (memo.get(key) or {}).get("inputs") == seen:
             return _unchanged(spark, tables, report, memo[key]["run_id"], [s for x in layers for s in suites.layer(x)])
     found: list[Offenders] = []
     counted: list[tuple[Outcome, DataFrame]] = []
+    previous = _earlier_validation(spark, tables, memo.get(key), seen) if seen is not None and not full else None
     for layer in layers:
         for suite in suites.layer(layer):
-            frame = load_frame(suite.frame, spark, tables, inputs)
-            outcomes, to_q = evaluate_suite(
-                suite,
-                frame,
-                params,
-                run_id,
-                settings.policy,
-                dict(settings.overrides),
-                requirements,
-                settings.local_max_rows,
+            kind, (outcomes, to_q, frame) = _validate_suite(
+                spark, tables, suite, previous, seen, inputs, params, run_id, settings, requirements
             )
+            report.validated[kind] = report.validated.get(kind, 0) + 1
             report.outcomes += outcomes
             for o, predicate in to_q:
                 keys = offender_keys(frame.df, suite.key, predicate)
@@ -260,6 +264,126 @@ def run_quality(
                 o.action,
             )
     return report
+
+
+def _settings(inputs: dict[str, Any]) -> dict[str, Any]:
+    """A fingerprint without its table versions: what must be equal for an earlier validation's
+    outcomes to be built on."""
+    return {k: v for k, v in inputs.items() if k != "tables"}
+
+
+@dataclass
+class _Earlier:
+    """The validation an incremental one builds on: its run, table versions and outcomes."""
+
+    run_id: str
+    versions: dict[str, int | None]
+    outcomes: dict[str, list[Outcome]]  # suite -> its outcomes
+
+
+def _earlier_validation(
+    spark: SparkSession, tables: Tables, memo: dict[str, Any] | None, seen: dict[str, Any]
+) -> _Earlier | None:
+    """The last validation of these layers, when it ran with the same suites and settings."""
+    if not memo or not memo.get("inputs") or _settings(memo["inputs"]) != _settings(seen):
+        return None
+    by_suite: dict[str, list[Outcome]] = {}
+    for o in read_results(spark, tables, memo["run_id"])[1]:
+        by_suite.setdefault(o.suite, []).append(o)
+    return _Earlier(memo["run_id"], memo["inputs"]["tables"], by_suite)
+
+
+def _validate_suite(
+    spark: SparkSession,
+    tables: Tables,
+    suite: Suite,
+    earlier: _Earlier | None,
+    seen: dict[str, Any] | None,
+    inputs: Inputs,
+    params: dict[str, Any],
+    run_id: str,
+    settings: QualitySettings,
+    requirements: set[str],
+) -> tuple[str, tuple[list[Outcome], list[tuple[Outcome, str]], Frame | None]]:
+    """One suite, validated as :func:`incremental.plan` says; returns how, with the outcomes, the
+    rules to quarantine and the frame they were found in."""
+    started = time.perf_counter()
+    kind, done = _validate_suite_as_planned(
+        spark, tables, suite, earlier, seen, inputs, params, run_id, settings, requirements
+    )
+    log.debug("quality: %s validated (%s) in %.2f s", suite.name, kind, time.perf_counter() - started)
+    return kind, done
+
+
+def _validate_suite_as_planned(
+    spark: SparkSession,
+    tables: Tables,
+    suite: Suite,
+    earlier: _Earlier | None,
+    seen: dict[str, Any] | None,
+    inputs: Inputs,
+    params: dict[str, Any],
+    run_id: str,
+    settings: QualitySettings,
+    requirements: set[str],
+) -> tuple[str, tuple[list[Outcome], list[tuple[Outcome, str]], Frame | None]]:
+    how = incremental.Plan(incremental.FULL, "a full validation")
+    if earlier is not None and seen is not None:
+        previous = earlier.outcomes.get(suite.name)
+        how = incremental.plan(
+            spark, tables, suite, previous, earlier.versions, seen["tables"], settings.incremental_min_rows
+        )
+    log.debug("quality: %s: %s (%s)", suite.name, how.kind, how.reason)
+    if how.kind == incremental.UNCHANGED:
+        assert earlier is not None
+        return how.kind, (incremental.carried(earlier.outcomes[suite.name], earlier.run_id), [], None)
+    if how.kind == incremental.INCREMENTAL:
+        assert earlier is not None
+        done = _validate_changes(spark, tables, suite, how, earlier, inputs, params, run_id, settings, requirements)
+        if done is not None:
+            return how.kind, done
+        log.debug("quality: %s: the parts of the increment do not combine: validated in full", suite.name)
+    frame = load_frame(suite.frame, spark, tables, inputs)
+    common = (params, run_id, settings.policy, dict(settings.overrides), requirements, settings.local_max_rows)
+    outcomes, to_q = evaluate_suite(suite, frame, *common)
+    return incremental.FULL, (outcomes, to_q, frame)
+
+
+def _validate_changes(
+    spark: SparkSession,
+    tables: Tables,
+    suite: Suite,
+    how: incremental.Plan,
+    earlier: _Earlier,
+    inputs: Inputs,
+    params: dict[str, Any],
+    run_id: str,
+    settings: QualitySettings,
+    requirements: set[str],
+) -> tuple[list[Outcome], list[tuple[Outcome, str]], Frame] | None:
+    """The suite validated on the rows or groups an increment changed, merged with the earlier
+    outcomes (incremental.py); None when the parts do not combine (a full validation then)."""
+    assert how.changes is not None and how.scope is not None
+    names = sources(suite.frame)
+    then: Frame | None = None
+    if how.scope.per_row and how.changes.inserts_only:
+        now = load_frame(suite.frame, spark, tables, inputs, incremental.inserted_reader(spark, tables, how.changes))
+    else:
+        reader = incremental.group_reader
+        now = load_frame(suite.frame, spark, tables, inputs, reader(spark, tables, how, names, None))
+        then = load_frame(suite.frame, spark, tables, inputs, reader(spark, tables, how, names, earlier.versions))
+    common = (params, run_id, settings.policy, dict(settings.overrides), requirements, settings.local_max_rows)
+    now_outcomes, to_q = evaluate_suite(suite, now, *common)
+    then_outcomes = {o.expectation: o for o in evaluate_suite(suite, then, *common, docs=False)[0]} if then else {}
+    prior = {o.expectation: o for o in earlier.outcomes[suite.name]}
+    what = {"as_of_run": earlier.run_id, "how": incremental.INCREMENTAL, "changes": how.reason}
+    merged: dict[str, Outcome] = {}
+    for o in now_outcomes:
+        m = incremental.merge(prior[o.expectation], o, then_outcomes.get(o.expectation), what)
+        if m is None:
+            return None
+        merged[o.expectation] = m
+    return list(merged.values()), [(merged[o.expectation], p) for o, p in to_q], now
 
 
 # tables whose versions say nothing about the data a suite reads: the run log moves every run

@@ -243,6 +243,13 @@ class QualitySettings(_Model):
         description="a suite's frame of at most this many rows is validated in the driver by GX's pandas "
         "engine (one Spark job collects it) instead of on Spark (jobs per rule); 0: always on Spark",
     )
+    incremental_min_rows: int = Field(
+        50_000,
+        ge=0,
+        description="a suite whose table changed is validated on its new rows alone when the table has at least "
+        "this many rows (ten times as many to be validated on its changed groups); a smaller one in full, which "
+        "costs less there (docs/quality.md)",
+    )
     truth_snapshot: str | None = Field(
         None,
         description="truth snapshot file (docs/truth-snapshot.md) gold must equal, or 'live': fetched from the "

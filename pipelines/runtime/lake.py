@@ -30,6 +30,7 @@ from typing import Any
 from urllib.parse import unquote
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -396,6 +397,27 @@ def changes_arrow(spark: SparkSession, path: str, start: int, end: int, columns:
     return changes(spark, path, start, end).select(*columns, "_change_type").toArrow()
 
 
+def add_actions(path: str) -> pa.Table | None:
+    """The table's live files with their partition values and statistics (delta-rs,
+    ``get_add_actions(flatten=True)``: ``partition.<column>``, ``num_records``, ...); None when
+    there is no table or delta-rs cannot read it."""
+    try:
+        table = _rs_table_or_none(path)
+        return None if table is None else pa.table(table.get_add_actions(flatten=True))
+    except Exception as exc:
+        log.debug("delta-rs cannot list the files of %s (%s)", path, exc)
+        return None
+
+
+def row_count(path: str) -> int | None:
+    """The table's rows, from the file statistics in its Delta log (None when there is no table
+    or a file has no count)."""
+    actions = add_actions(path)
+    if actions is None or "num_records" not in actions.column_names or actions["num_records"].null_count:
+        return None
+    return int(pc.sum(actions["num_records"]).as_py() or 0)
+
+
 def _rs_table(path: str, version: int | None = None) -> Any:
     """The delta-rs table at ``path`` (at ``version``), with the storage options of its store."""
     from deltalake import DeltaTable  # local: only the driver reads logs this way
@@ -421,10 +443,19 @@ def _plain_strings(table: pa.Table) -> pa.Table:
 
 
 def version(spark: SparkSession, path: str) -> int | None:
-    """The table's latest version, or None when there is no table yet."""
-    if remote(spark):
-        table = _rs_table_or_none(path)
-        return None if table is None else int(table.version())
+    """The table's latest version, or None when there is no table yet: read from the Delta log by
+    delta-rs (32 tables in 0.07 s; Spark brings each snapshot up to date
+    first, 0.1-0.5 s a table a run has just written), by Spark when delta-rs cannot."""
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        return int(_rs_table(path).version())
+    except TableNotFoundError:
+        return None
+    except Exception as exc:
+        if remote(spark):
+            raise
+        log.debug("delta-rs cannot read the version of %s (%s): Spark reads it", path, exc)
     if not exists(spark, path):
         return None
     return int(_snapshot(spark, path).version())

@@ -1,0 +1,157 @@
+"""Incremental quality (pipelines/quality/incremental.py) on a real job: a generated log ingested in
+two parts, the second run's quality validating what changed. Every outcome of an incremental run
+is compared, rule by rule, with a full validation of the same tables (``quality --full``); then
+rows that break a rule are appended the way a faulty writer would, once where only the new rows
+carry the violation, once where only old and new rows together do (a uniqueness rule).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pyspark.sql import functions as F
+
+from bench.common import quality_differences, split_log
+from pipelines.generate import generate
+from pipelines.quality.frames import Inputs, load_frame, sources
+from pipelines.quality.suites import load_suites
+from pipelines.runner import Context, quality_job, run_job
+
+JOB = "inc"
+
+
+@pytest.fixture(scope="module")
+def increment(spark, tmp_path_factory: pytest.TempPathFactory):
+    """The job's first run on the base, then its run on the grown log: (context, the second run's report)."""
+    base = tmp_path_factory.mktemp("quality-incremental")
+    generate(base / "logs", 2000, seed=7, partitions=4, segment_bytes=16 * 1024)
+    split = split_log(base / "logs", base / "source", 10)
+    assert split.held_back > 0
+    (base / "jobs.yaml").write_text(
+        f"""
+lakehouse: {{root: {base / "lakehouse"}}}
+gold: {{soft_delete_retention_days: null}}
+sources:
+  gen: {{kind: segments, cluster: gen, paths: ["{split.source}"], offsets_partitions: 4}}
+jobs:
+  {JOB}:
+    sources: [gen]
+    stages: [bronze, silver, gold, quality]
+    # every verdict recorded, none stops the run: the tests break rules on purpose
+    quality: {{policy: warn, incremental_min_rows: 0}}
+"""
+    )
+    for db in ("bronze", "silver", "gold", "quality"):
+        spark.sql(f"DROP SCHEMA IF EXISTS {db} CASCADE")
+    ctx = Context(base / "jobs.yaml")
+    ctx._spark = spark
+    first = run_job(ctx, JOB)
+    assert first.status == "ok", first.to_json()
+    split.grow()
+    second = run_job(ctx, JOB)
+    assert second.status == "ok", second.to_json()
+    return ctx, second
+
+
+def _validated(report) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for stage in report.stages:
+        if stage.stage == "quality":
+            for way, n in stage.details[0]["validated"].items():
+                out[way] = out.get(way, 0) + n
+    return out
+
+
+def _how(outcomes, suite: str) -> set[str]:
+    return {(o.details.get("validated") or {}).get("how", "full") for o in outcomes if o.suite == suite}
+
+
+def _equal_to_full(ctx: Context, outcomes) -> int:
+    full = quality_job(ctx, JOB, full=True).quality_outcomes
+    compared, differences = quality_differences(outcomes, full)
+    assert not differences, differences
+    return compared
+
+
+def test_increment_equals_a_full_validation(increment) -> None:
+    ctx, report = increment
+    validated = _validated(report)
+    # the increment's silver appends are validated on their rows; gold's rewritten tables in full
+    assert validated.get("incremental", 0) >= 4, validated
+    assert validated.get("full", 0) >= 1, validated
+    for suite in ("silver.offset_commits", "silver.group_metadata", "silver.tombstones"):
+        assert _how(report.quality_outcomes, suite) == {"incremental"}, suite
+    rules = sum(len(s.expectations) for s in load_suites())
+    assert _equal_to_full(ctx, report.quality_outcomes) == rules
+
+
+def _quality(ctx: Context):
+    report = quality_job(ctx, JOB)
+    return report.quality_outcomes
+
+
+def test_a_violation_only_new_rows_carry_is_caught(increment, spark) -> None:
+    """A commit appended with committed offset -7: only the new row breaks the rule."""
+    ctx, _ = increment
+    path = ctx.tables.path("silver", "offset_commits")
+    commits = spark.read.format("delta").load(path)
+    last = commits.agg(F.max("record_offset")).first()[0]
+    bad = (
+        commits.limit(1)
+        .withColumn("record_offset", F.lit(last + 1000).cast("bigint"))
+        .withColumn("committed_offset", F.lit(-7).cast("bigint"))
+    )
+    bad.write.format("delta").mode("append").save(path)
+    outcomes = _quality(ctx)
+    rule = next(o for o in outcomes if o.expectation == "committed_offset_at_least_minus_one")
+    assert rule.details["validated"]["how"] == "incremental", rule.details
+    assert (rule.success, rule.unexpected_count, rule.action) == (False, 1, "warned")
+    assert rule.element_count == commits.count()  # every commit counted, the new one included
+    _equal_to_full(ctx, outcomes)
+
+
+def test_a_uniqueness_violation_of_old_and_new_rows_is_caught(increment, spark) -> None:
+    """A bronze row appended again at a position bronze already holds: each row alone is fine,
+    the two together break position_unique (both rows are unexpected)."""
+    ctx, _ = increment
+    path = ctx.tables.path("bronze", "offsets_records")
+    bronze = spark.read.format("delta").load(path)
+    again = bronze.where(F.col("partition") == 1).orderBy("offset").limit(1)
+    again.withColumn("source_uri", F.lit("file:///replayed/00000000000000000000.log")).write.format("delta").mode(
+        "append"
+    ).save(path)
+    outcomes = _quality(ctx)
+    rule = next(o for o in outcomes if o.suite == "bronze.offsets_records" and o.expectation == "position_unique")
+    # one offsets partition of four changed: its rows validated as they were and as they are
+    assert rule.details["validated"]["how"] == "incremental", rule.details
+    assert (rule.success, rule.unexpected_count) == (False, 2)
+    _equal_to_full(ctx, outcomes)
+
+
+def test_sources_name_every_table_a_frame_reads(increment, spark) -> None:
+    """A suite whose tables did not change keeps its outcomes: frames.SOURCES must name every
+    table its frame reads (here: every read the frame makes through its reader)."""
+    ctx, _ = increment
+    for suite in load_suites():
+        read: list[str] = []
+
+        def reader(layer: str, table: str, read=read):
+            read.append(f"{layer}.{table}")
+            path = ctx.tables.path(layer, table)
+            return spark.read.format("delta").load(path) if _exists(ctx, layer, table) else None
+
+        load_frame(suite.frame, spark, ctx.tables, Inputs(0, {"gen": 4}), reader)
+        assert set(read) <= set(sources(suite.frame)), (suite.name, read)
+
+
+def _exists(ctx: Context, layer: str, table: str) -> bool:
+    return Path(ctx.tables.path(layer, table), "_delta_log").is_dir()
+
+
+def test_full_refresh_validates_in_full(increment) -> None:
+    """After a full refresh every table is new: the checkpoint validates every suite in full."""
+    ctx, _ = increment
+    report = run_job(ctx, JOB, ["silver", "quality"], full_refresh=True)
+    assert report.status == "ok", report.to_json()
+    assert _validated(report) == {"full": len(load_suites().layer("silver"))}
