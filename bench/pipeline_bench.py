@@ -26,7 +26,9 @@ lakehouse root, from the ``_delta_log`` directories), Spark jobs (a job group pe
 resident memory of the driver (this Python process) and of its JVM (sampled in the background);
 each stage's per-step seconds; the machine's load average at start and end. Spark's start is timed
 apart and not counted. Exits 1 unless gold equals the generator's expected state after the
-increment and after the no-op run: a benchmark of a wrong result measures nothing.
+increment and after the no-op run: a benchmark of a wrong result measures nothing. With
+``--quality``, also unless the increment's quality outcomes (validated on what changed where they
+can be) equal a full validation's of the same tables, rule by rule.
 """
 
 from __future__ import annotations
