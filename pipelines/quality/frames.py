@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
 from pyspark.sql import Window
 from pyspark.sql import functions as F
 
@@ -173,7 +174,7 @@ def silver_tombstones(tombstones: DataFrame, partitions: dict[str, int | None]) 
 
 
 def silver_version_inventory(inventory: DataFrame, bronze: DataFrame) -> DataFrame:
-    """silver.version_inventory plus
+    """silver.version_inventory (and bronze's :func:`records_per_partition`) plus
     ``rows_with_key``        rows with the row's key (INVENTORY_KEY);
     ``records_fit_offsets``  records >= 1, first <= last offset, and no more records than offsets
                              between them (each record is one offset);
@@ -182,9 +183,7 @@ def silver_version_inventory(inventory: DataFrame, bronze: DataFrame) -> DataFra
                              row with null inventory columns (bronze's counts and the inventory in
                              one window: a union, not a join)."""
     part = ["cluster", "offsets_partition"]
-    counts = bronze.groupBy("cluster", F.col("partition").alias("offsets_partition")).agg(
-        F.count(F.lit(1)).alias("bronze_records")
-    )
+    counts = bronze.select(*part, F.col("records").alias("bronze_records"))
     rows = inventory.select(*inventory.columns, F.lit(None).cast("bigint").alias("bronze_records")).unionByName(
         counts, allowMissingColumns=True
     )
@@ -469,14 +468,19 @@ def gold_pending_transactions(pending: DataFrame, bronze: DataFrame) -> DataFram
     )
 
 
+def records_per_partition(df: DataFrame, partition: str = "offsets_partition") -> DataFrame:
+    """(cluster, offsets_partition, records): the rows of ``df`` per offsets partition (bronze names
+    its column ``partition``)."""
+    return df.groupBy("cluster", F.col(partition).alias("offsets_partition")).agg(F.count("*").alias("records"))
+
+
 def gold_reconciliation(bronze: DataFrame, silver: list[DataFrame]) -> DataFrame:
-    b = bronze.groupBy("cluster", F.col("partition").alias("offsets_partition")).agg(
-        F.count("*").alias("bronze_records")
-    )
-    keys = [t.select("cluster", "offsets_partition") for t in silver]
-    if keys:
-        s = reduce(lambda a, c: a.unionAll(c), keys).groupBy("cluster", "offsets_partition")
-        s = s.agg(F.count("*").alias("silver_records"))
+    """Per (cluster, offsets partition): bronze's records against the silver tables' rows, each
+    given as :func:`records_per_partition` counts."""
+    b = bronze.select("cluster", "offsets_partition", F.col("records").alias("bronze_records"))
+    if silver:
+        s = reduce(lambda a, c: a.unionAll(c), [t.select("cluster", "offsets_partition", "records") for t in silver])
+        s = s.groupBy("cluster", "offsets_partition").agg(F.sum("records").alias("silver_records"))
     else:
         s = bronze.sparkSession.createDataFrame([], "cluster string, offsets_partition int, silver_records bigint")
     joined = b.join(s, ["cluster", "offsets_partition"], "full_outer")
@@ -485,9 +489,9 @@ def gold_reconciliation(bronze: DataFrame, silver: list[DataFrame]) -> DataFrame
     return joined.select(
         "cluster",
         "offsets_partition",
-        bronze_n.alias("bronze_records"),
-        silver_n.alias("silver_records"),
-        (silver_n - bronze_n).alias("record_difference"),
+        bronze_n.cast("bigint").alias("bronze_records"),
+        silver_n.cast("bigint").alias("silver_records"),
+        (silver_n - bronze_n).cast("bigint").alias("record_difference"),
     )
 
 
@@ -579,20 +583,48 @@ def load_frame(name: str, spark: SparkSession, tables: Tables, inputs: Inputs, r
     for them: the rows an increment changed, quality/incremental.py)."""
     if not lake.exists(spark, tables.path("bronze", "offsets_records")):
         return Frame(None, missing="no bronze.offsets_records table yet")
+    # the counts of whole tables come from their Delta logs' statistics when the tables are read
+    # as they are (not the rows of an increment)
+    whole = read is None and not lake.remote(spark)
     read = read or lakehouse_reader(spark, tables)
 
     def bronze() -> DataFrame:  # read by the frames that use it only (a snapshot read per suite adds up)
         return read("bronze", "offsets_records")  # type: ignore[return-value]
 
-    def decoded_bronze() -> DataFrame:
-        """bronze as silver last decoded it (the version of its watermark), for the rules that hold
-        silver to bronze: rows another job's bronze stage appended since are silver's next run's
-        work, not rows silver lost."""
+    def decoded_version() -> int | None:
+        """bronze's version silver last decoded (its watermark), for the rules that hold silver to
+        bronze: rows another job's bronze stage appended since are silver's next run's work, not
+        rows silver lost."""
         done = last_progress(spark, tables)
-        version = done.get("bronze_version") if done else None
+        return done.get("bronze_version") if done else None
+
+    def decoded_bronze() -> DataFrame:
+        version = decoded_version()
         if version is None:
             return bronze()
         return spark.read.format("delta").option("versionAsOf", version).load(tables.path("bronze", "offsets_records"))
+
+    def counted(layer: str, table: str, version: int | None = None) -> DataFrame | None:
+        """:func:`records_per_partition` of a table (at ``version``): summed from its Delta log's
+        file statistics where they are exact (no data file read: the large silver tables and
+        bronze are partitioned by offsets partition), else counted by Spark."""
+        partition = "partition" if layer == "bronze" else "offsets_partition"
+        stats = lake.rows_per_partition(tables.path(layer, table), ["cluster", partition], version) if whole else None
+        if stats is not None:
+            if stats.num_rows == 0:
+                return spark.createDataFrame([], "cluster string, offsets_partition int, records bigint")
+            typed = pa.table(
+                {
+                    "cluster": stats["cluster"].cast(pa.string()),
+                    "offsets_partition": stats[partition].cast(pa.int32()),
+                    "records": stats["records"].cast(pa.int64()),
+                }
+            )
+            return spark.createDataFrame(typed)
+        if layer == "bronze":
+            return records_per_partition(decoded_bronze() if version is not None else bronze(), partition)
+        df = read(layer, table)
+        return None if df is None else records_per_partition(df, partition)
 
     if name == "bronze.offsets_records":
         return Frame(bronze_offsets_records(bronze()))
@@ -603,8 +635,8 @@ def load_frame(name: str, spark: SparkSession, tables: Tables, inputs: Inputs, r
     if name == "gold.reconciliation":
         if read("silver", "progress") is None:
             return Frame(None, missing="silver has not run yet")
-        silver = [df for t in RECORD_TABLES if (df := read("silver", t)) is not None]
-        return Frame(gold_reconciliation(decoded_bronze(), silver))
+        silver = [df for t in RECORD_TABLES if (df := counted("silver", t)) is not None]
+        return Frame(gold_reconciliation(counted("bronze", "offsets_records", decoded_version()), silver))
     if name == "gold.truth_snapshot":
         if inputs.truth is None:
             return Frame(None, missing="no truth snapshot (quality.truth_snapshot in jobs.yaml)")
@@ -630,7 +662,7 @@ def load_frame(name: str, spark: SparkSession, tables: Tables, inputs: Inputs, r
     if name == "silver.tombstones":
         return silver_tombstones(df, inputs.partitions)
     if name == "silver.version_inventory":
-        return Frame(silver_version_inventory(df, decoded_bronze()))
+        return Frame(silver_version_inventory(df, counted("bronze", "offsets_records", decoded_version())))
     if name == "silver.topic_ids":
         return Frame(silver_topic_ids(df))
     if name == "gold.current_groups":

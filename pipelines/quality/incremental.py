@@ -57,6 +57,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("offsets_lakehouse")
 
 UNCHANGED, INCREMENTAL, FULL = "unchanged", "incremental", "full"
+# the earlier version of a table dropped (and perhaps created again) since: unlike any version now
+RECREATED = -1
 _CDF_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
 
 
@@ -169,7 +171,7 @@ def read_changes(
     parts, rows, inserts_only, ranges = [], 0, True, {}
     for name in changed:
         start, end = before.get(name), now.get(name)
-        if start is None or end is None or end <= start:
+        if start is None or start == RECREATED or end is None or end <= start:
             return None
         layer, table = name.split(".", 1)
         try:

@@ -267,9 +267,9 @@ def run_quality(
 
 
 def _settings(inputs: dict[str, Any]) -> dict[str, Any]:
-    """A fingerprint without its table versions: what must be equal for an earlier validation's
-    outcomes to be built on."""
-    return {k: v for k, v in inputs.items() if k != "tables"}
+    """A fingerprint without its tables: what must be equal for an earlier validation's outcomes
+    to be built on."""
+    return {k: v for k, v in inputs.items() if k not in ("tables", "table_ids")}
 
 
 @dataclass
@@ -290,7 +290,12 @@ def _earlier_validation(
     by_suite: dict[str, list[Outcome]] = {}
     for o in read_results(spark, tables, memo["run_id"])[1]:
         by_suite.setdefault(o.suite, []).append(o)
-    return _Earlier(memo["run_id"], memo["inputs"]["tables"], by_suite)
+    versions = dict(memo["inputs"]["tables"])
+    ids = memo["inputs"].get("table_ids") or {}
+    for name, now_id in (seen.get("table_ids") or {}).items():
+        if versions.get(name) is not None and ids.get(name) != now_id:
+            versions[name] = incremental.RECREATED  # dropped (and created again) since: no version in common
+    return _Earlier(memo["run_id"], versions, by_suite)
 
 
 def _validate_suite(
@@ -411,6 +416,9 @@ def _inputs_fingerprint(
     }
     return {
         "tables": versions,
+        # a table dropped and created again restarts its versions: the memo must not take its
+        # version 3 for the version 3 it validated (incremental.py reads changes between them)
+        "table_ids": {name: lake.table_id(tables.path(*name.split(".", 1))) for name in versions},
         "suites": {
             s.name: hashlib.sha256(repr((s.version, s.expectations)).encode()).hexdigest()[:16]
             for layer in layers

@@ -409,6 +409,28 @@ def add_actions(path: str) -> pa.Table | None:
         return None
 
 
+def rows_per_partition(path: str, columns: Sequence[str], version: int | None = None) -> pa.Table | None:
+    """Rows per value of the partition ``columns`` (``columns`` and ``records``), summed from the
+    file statistics in the table's Delta log at ``version`` (default: the latest) without reading
+    a data file; None when they cannot be exact: no table, a file without its row count, a table
+    not partitioned by ``columns``, or deletion vectors (their rows are counted in the file's)."""
+    try:
+        table = _rs_table(path, version)
+        if "deletionVectors" in (table.protocol().reader_features or []):
+            return None
+        actions = pa.table(table.get_add_actions(flatten=True))
+    except Exception as exc:
+        log.debug("delta-rs cannot count the rows of %s (%s)", path, exc)
+        return None
+    keys = [f"partition.{c}" for c in columns]
+    if "num_records" not in actions.column_names or actions["num_records"].null_count:
+        return None
+    if not all(k in actions.column_names for k in keys):
+        return None
+    counts = actions.select([*keys, "num_records"]).group_by(keys).aggregate([("num_records", "sum")])
+    return counts.rename_columns([*columns, "records"])
+
+
 def row_count(path: str) -> int | None:
     """The table's rows, from the file statistics in its Delta log (None when there is no table
     or a file has no count)."""
@@ -459,6 +481,18 @@ def version(spark: SparkSession, path: str) -> int | None:
     if not exists(spark, path):
         return None
     return int(_snapshot(spark, path).version())
+
+
+def table_id(path: str) -> str | None:
+    """The table's id (its Delta log's ``metaData.id``): a table dropped and created again at the
+    same path has a new one, and versions that restart from 0. None when there is no table or
+    delta-rs cannot read it."""
+    try:
+        table = _rs_table_or_none(path)
+        return None if table is None else str(table.metadata().id)
+    except Exception as exc:
+        log.debug("delta-rs cannot read the id of %s (%s)", path, exc)
+        return None
 
 
 def properties(spark: SparkSession, path: str) -> dict[str, str]:

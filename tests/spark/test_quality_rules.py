@@ -276,7 +276,8 @@ def test_reconciliation_and_truth_rules(spark, suites) -> None:
         spark.createDataFrame([("c1", 0, 0), ("c1", 0, 1), ("c1", 1, 0)], key),  # e.g. offset_commits
         spark.createDataFrame([("c1", 0, 2), ("c2", 0, 0)], key),  # e.g. quarantine
     ]
-    frame = frames.Frame(frames.gold_reconciliation(bronze, silver))
+    bronze_counts = frames.records_per_partition(bronze, "partition")
+    frame = frames.Frame(frames.gold_reconciliation(bronze_counts, [frames.records_per_partition(t) for t in silver]))
     out, _ = run(suites, "gold.reconciliation", frame)
     # (c1, 0): 3 = 3; (c1, 1): 1 of 2 records in silver; (c2, 0): a silver record bronze lacks
     assert counts(out) == {"silver_records_equal_bronze_records": (False, 2)}
@@ -390,7 +391,8 @@ def test_silver_version_inventory_rules(spark, suites) -> None:
         "cluster string, offsets_partition int, record_kind string, record_type int, value_version int, "
         "status string, records bigint, first_offset bigint, last_offset bigint",
     )
-    out, _ = run(suites, "silver.version_inventory", frames.Frame(frames.silver_version_inventory(inventory, bronze)))
+    frame = frames.Frame(frames.silver_version_inventory(inventory, frames.records_per_partition(bronze, "partition")))
+    out, _ = run(suites, "silver.version_inventory", frame)
     # census: partition 1's two rows, partition 3's row, and one row for bronze's partition 2,
     # which the inventory lacks
     assert counts(out) == {
