@@ -408,17 +408,17 @@ def _inputs_fingerprint(
     """What the suites of ``layers`` would see: the version of every data table, the suites'
     expectations, the parameters, policies and partition counts, and the clock when one is given
     (a test, a replay of a past run). Equal fingerprints, equal outcomes."""
-    versions = {
-        f"{layer}.{table}": lake.version(spark, tables.path(layer, table))
+    identities = {
+        f"{layer}.{table}": lake.identity(spark, tables.path(layer, table))
         for layer in ("bronze", "silver", "gold")
         for table in tables.specs.get(layer, {})
         if (layer, table) not in _NOT_INPUTS
     }
     return {
-        "tables": versions,
+        "tables": {name: version for name, (version, _) in identities.items()},
         # a table dropped and created again restarts its versions: the memo must not take its
         # version 3 for the version 3 it validated (incremental.py reads changes between them)
-        "table_ids": {name: lake.table_id(tables.path(*name.split(".", 1))) for name in versions},
+        "table_ids": {name: table_id for name, (_, table_id) in identities.items()},
         "suites": {
             s.name: hashlib.sha256(repr((s.version, s.expectations)).encode()).hexdigest()[:16]
             for layer in layers

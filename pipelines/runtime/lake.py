@@ -465,34 +465,31 @@ def _plain_strings(table: pa.Table) -> pa.Table:
 
 
 def version(spark: SparkSession, path: str) -> int | None:
-    """The table's latest version, or None when there is no table yet: read from the Delta log by
-    delta-rs (32 tables in 0.07 s; Spark brings each snapshot up to date
-    first, 0.1-0.5 s a table a run has just written), by Spark when delta-rs cannot."""
+    """The table's latest version, or None when there is no table yet (:func:`identity`)."""
+    return identity(spark, path)[0]
+
+
+def identity(spark: SparkSession, path: str) -> tuple[int | None, str | None]:
+    """The table's latest version and its id (the Delta log's ``metaData.id``: a table dropped and
+    created again at the same path has a new one, and versions that restart from 0); (None, None)
+    when there is no table yet. Read from the Delta log by delta-rs (32 tables in 0.07 s; Spark
+    brings each snapshot up to date first, 0.1-0.5 s a table a run has just written), by Spark
+    when delta-rs cannot."""
     from deltalake.exceptions import TableNotFoundError
 
     try:
-        return int(_rs_table(path).version())
+        table = _rs_table(path)
+        return int(table.version()), str(table.metadata().id)
     except TableNotFoundError:
-        return None
+        return None, None
     except Exception as exc:
         if remote(spark):
             raise
         log.debug("delta-rs cannot read the version of %s (%s): Spark reads it", path, exc)
     if not exists(spark, path):
-        return None
-    return int(_snapshot(spark, path).version())
-
-
-def table_id(path: str) -> str | None:
-    """The table's id (its Delta log's ``metaData.id``): a table dropped and created again at the
-    same path has a new one, and versions that restart from 0. None when there is no table or
-    delta-rs cannot read it."""
-    try:
-        table = _rs_table_or_none(path)
-        return None if table is None else str(table.metadata().id)
-    except Exception as exc:
-        log.debug("delta-rs cannot read the id of %s (%s)", path, exc)
-        return None
+        return None, None
+    snapshot = _snapshot(spark, path)
+    return int(snapshot.version()), str(snapshot.metadata().id())
 
 
 def properties(spark: SparkSession, path: str) -> dict[str, str]:
