@@ -232,9 +232,11 @@ def run_quality(
     previous = _earlier_validation(spark, tables, memo.get(key), seen) if seen is not None and not full else None
     for layer in layers:
         for suite in suites.layer(layer):
+            started = time.perf_counter()
             kind, (outcomes, to_q, frame) = _validate_suite(
                 spark, tables, suite, previous, seen, inputs, params, run_id, settings, requirements
             )
+            log.debug("quality: %s validated (%s) in %.2f s", suite.name, kind, time.perf_counter() - started)
             report.validated[kind] = report.validated.get(kind, 0) + 1
             report.outcomes += outcomes
             for o, predicate in to_q:
@@ -312,26 +314,6 @@ def _validate_suite(
 ) -> tuple[str, tuple[list[Outcome], list[tuple[Outcome, str]], Frame | None]]:
     """One suite, validated as :func:`incremental.plan` says; returns how, with the outcomes, the
     rules to quarantine and the frame they were found in."""
-    started = time.perf_counter()
-    kind, done = _validate_suite_as_planned(
-        spark, tables, suite, earlier, seen, inputs, params, run_id, settings, requirements
-    )
-    log.debug("quality: %s validated (%s) in %.2f s", suite.name, kind, time.perf_counter() - started)
-    return kind, done
-
-
-def _validate_suite_as_planned(
-    spark: SparkSession,
-    tables: Tables,
-    suite: Suite,
-    earlier: _Earlier | None,
-    seen: dict[str, Any] | None,
-    inputs: Inputs,
-    params: dict[str, Any],
-    run_id: str,
-    settings: QualitySettings,
-    requirements: set[str],
-) -> tuple[str, tuple[list[Outcome], list[tuple[Outcome, str]], Frame | None]]:
     how = incremental.Plan(incremental.FULL, "a full validation")
     if earlier is not None and seen is not None:
         previous = earlier.outcomes.get(suite.name)
