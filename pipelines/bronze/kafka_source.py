@@ -143,10 +143,11 @@ def last_runs(spark: SparkSession, tables: Tables) -> list[dict[str, Any]]:
 def positions_from_data(spark: SparkSession, tables: Tables, cluster: str) -> dict[int, int]:
     """Fallback when Delta history no longer has the commit (log retention): max(offset) + 1 of
     the rows this source wrote. Safe because the MERGE never duplicates a position."""
-    name = tables.ensure("bronze", "offsets_records")
+    tables.ensure("bronze", "offsets_records")
+    bronze = lake.read(spark, tables.path("bronze", "offsets_records"))
+    assert bronze is not None  # ensured above
     rows = (
-        spark.table(name)
-        .where((F.col("cluster") == cluster) & (F.col("source_kind") == "kafka"))
+        bronze.where((F.col("cluster") == cluster) & (F.col("source_kind") == "kafka"))
         .groupBy("partition")
         .agg(F.max("offset").alias("last"))
         .collect()

@@ -568,8 +568,8 @@ def _replay(
     soft_delete_retention_days: float | None,
 ) -> GoldResult:
     full_refresh = _rebuild_if_outdated(spark, tables) or full_refresh
-    lake.in_parallel([lambda t=t: tables.ensure("gold", t) for t in tables.specs["gold"]])  # a first run creates them
-    tables.ensure_views("gold")
+    for table in tables.specs["gold"]:
+        tables.ensure("gold", table)  # a first run creates them
     result = GoldResult(mode="full refresh" if full_refresh else "incremental")
     with result.steps("plan"):
         plan = make_plan(spark, tables, full_refresh)

@@ -211,6 +211,11 @@ def delta_rs_options(uri: str, writing: bool = False) -> dict[str, str]:
         options["AWS_ALLOW_HTTP"] = "true"
     if writing:
         options["max_retries"] = "0"
+    else:
+        # a few quick retries, then the error: every caller reading with delta-rs falls back to
+        # Spark, whose S3A client has the job's own retry settings (the default, 10 retries over
+        # 3 minutes, outlasts a stage lock's lease when the store is gone)
+        options |= {"max_retries": "3", "retry_timeout": "10s"}
     return options
 
 

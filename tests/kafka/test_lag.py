@@ -88,6 +88,7 @@ def _check(h, tmp_path: Path) -> None:
     ctx = Context(tmp_path / "jobs.yaml")
     report = run_job(ctx, "lag")
     assert report.status == "ok", report.to_json()
+    ctx.tables.register_existing()  # the tables and views by name, as `sql` has them
 
     want = _broker_lag(h)
     # the broker's numbers are the producer's and the consumer's

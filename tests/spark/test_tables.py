@@ -1,6 +1,6 @@
-"""Tables.ensure on existing lakehouses: a name follows the root of the Tables that ensures it,
-and properties and nullable columns a newer declaration adds reach tables created before it (when a
-session first registers them)."""
+"""Tables.ensure and Tables.register: a job's ensure creates a table by delta-rs as declared
+without registering its name; a name follows the root of the Tables that registers it; properties
+and nullable columns a newer declaration adds reach tables created before it."""
 
 from __future__ import annotations
 
@@ -14,29 +14,55 @@ from pipelines.runtime import lake
 from pipelines.runtime.tables import Tables
 
 
-def test_a_name_follows_the_root_that_ensures_it(spark, tmp_path) -> None:
+def test_ensure_creates_the_declared_table_without_registering_its_name(spark, tmp_path) -> None:
+    tables = Tables(spark, str(tmp_path / "lake"))
+    spark.sql("DROP TABLE IF EXISTS silver.tombstones")
+    tables.ensure("silver", "tombstones")
+    spec = tables.spec("silver", "tombstones")
+    path = tables.path("silver", "tombstones")
+    assert not spark.catalog.tableExists("silver.tombstones")  # a job reads and writes by path
+    log = (Path(path) / "_delta_log" / "00000000000000000000.json").read_text()
+    assert '"engineInfo":"delta-rs' in log  # created from the driver, not by Spark SQL
+    # Spark sees the declaration: columns, NOT NULLs, comments, partitioning, properties, description
+    spark.sql("CREATE SCHEMA IF NOT EXISTS silver")
+    spark.sql(f"CREATE TABLE silver.tombstones USING DELTA LOCATION '{path}'")
+    fields = {f.name: f for f in spark.table("silver.tombstones").schema.fields}
+    assert list(fields) == [c.name for c in spec.columns]
+    assert {n for n, f in fields.items() if not f.nullable} == {c.name for c in spec.columns if not c.nullable}
+    assert all(fields[c.name].metadata.get("comment", "") == c.comment for c in spec.columns)
+    detail = spark.sql("DESCRIBE DETAIL silver.tombstones").collect()[0]
+    assert detail["partitionColumns"] == list(spec.partitioned_by)
+    assert detail["description"] == spec.comment
+    assert detail["properties"]["delta.enableChangeDataFeed"] == "true"
+    spark.sql("DROP TABLE silver.tombstones")
+
+
+def test_a_name_follows_the_root_that_registers_it(spark, tmp_path) -> None:
     first, second = Tables(spark, str(tmp_path / "one")), Tables(spark, str(tmp_path / "two"))
-    first.ensure("gold", "partition_progress")
+    first.register("gold", "partition_progress")
     spark.sql("INSERT INTO gold.partition_progress VALUES ('c', 1, 5, 5, 'r', false, NULL)")
-    second.ensure("gold", "partition_progress")
+    second.register("gold", "partition_progress")
     assert spark.sql("SELECT count(*) AS n FROM gold.partition_progress").collect()[0]["n"] == 0
-    first.ensure("gold", "partition_progress")
+    first.register("gold", "partition_progress")
     assert spark.sql("SELECT count(*) AS n FROM gold.partition_progress").collect()[0]["n"] == 1
+    spark.sql("DROP TABLE gold.partition_progress")  # no other test in this session meets this root
 
 
 def test_properties_added_to_a_declaration_reach_existing_tables(spark, tmp_path) -> None:
     tables = Tables(spark, str(tmp_path / "lake"))
+    spark.sql("DROP TABLE IF EXISTS gold.partition_progress")
     tables.ensure("gold", "partition_progress")
+    path = tables.path("gold", "partition_progress")
     spec = tables.specs["gold"]["partition_progress"]
     newer = dataclasses.replace(spec, properties={**spec.properties, "delta.logRetentionDuration": "interval 60 days"})
     tables.specs["gold"]["partition_progress"] = newer
-    spark.sql("DROP TABLE gold.partition_progress")  # a new session: the name is not registered yet
-    tables.ensure("gold", "partition_progress")
-    props = spark.sql("DESCRIBE DETAIL gold.partition_progress").collect()[0]["properties"]
+    tables.ensure("gold", "partition_progress")  # the upgrade: delta-rs sees the property missing, Spark sets it
+    props = spark.sql(f"DESCRIBE DETAIL delta.`{path}`").collect()[0]["properties"]
     assert props.get("delta.logRetentionDuration") == "interval 60 days"
-    version = spark.sql("DESCRIBE HISTORY gold.partition_progress").collect()[0]["version"]
+    version = lake.version(spark, path)
+    spark.sql("DROP TABLE IF EXISTS gold.partition_progress")  # a new session: the name is not registered
     tables.ensure("gold", "partition_progress")  # nothing left to add: no new version
-    assert spark.sql("DESCRIBE HISTORY gold.partition_progress").collect()[0]["version"] == version
+    assert lake.version(spark, path) == version
 
 
 def test_columns_added_to_a_declaration_reach_existing_tables(spark, tmp_path) -> None:
@@ -50,13 +76,14 @@ def test_columns_added_to_a_declaration_reach_existing_tables(spark, tmp_path) -
     spec = tables.specs["gold"]["partition_progress"]
     older = dataclasses.replace(spec, columns=tuple(c for c in spec.columns if c.name != "in_flight_run"))
     tables.specs["gold"]["partition_progress"] = older
+    spark.sql("DROP TABLE IF EXISTS gold.partition_progress")
     tables.ensure("gold", "partition_progress")
-    spark.sql("INSERT INTO gold.partition_progress VALUES ('c', 1, 5, 5, 'r', false)")
+    path = tables.path("gold", "partition_progress")
+    spark.sql(f"INSERT INTO delta.`{path}` VALUES ('c', 1, 5, 5, 'r', false)")
     tables.specs["gold"]["partition_progress"] = spec
-    spark.sql("DROP TABLE gold.partition_progress")  # a new session after the upgrade
-    tables.ensure("gold", "partition_progress")
-    spark.sql("INSERT INTO gold.partition_progress VALUES ('c', 2, 7, 7, 'r2', false, 'run-x')")
-    rows = {r["offsets_partition"]: r["in_flight_run"] for r in spark.table("gold.partition_progress").collect()}
+    tables.ensure("gold", "partition_progress")  # the upgrade: delta-rs sees the column missing, Spark adds it
+    spark.sql(f"INSERT INTO delta.`{path}` VALUES ('c', 2, 7, 7, 'r2', false, 'run-x')")
+    rows = {r["offsets_partition"]: r["in_flight_run"] for r in spark.read.format("delta").load(path).collect()}
     assert rows == {1: None, 2: "run-x"}
     required = dataclasses.replace(
         spec, columns=(*spec.columns, dataclasses.replace(spec.columns[0], name="must_have", nullable=False))
