@@ -19,7 +19,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
-from pyspark.sql import Row, SparkSession
+import pyarrow as pa
+from pyspark.sql import SparkSession
 
 from pipelines.bronze.end_offsets import admin_sources, ingest_end_offsets
 from pipelines.bronze.ingest import ingest_source
@@ -519,16 +520,18 @@ def _record(ctx: Context, report: RunReport, sr: StageReport, started: datetime)
     """Append a stage's row to the run log."""
     ctx.tables.ensure("bronze", "runs")
     spec = ctx.tables.spec("bronze", "runs")
-    row = Row(
-        run_id=report.run_id,
-        job=report.job,
-        stage=sr.stage,
-        started_at=started,
-        finished_at=datetime.now(timezone.utc),
-        status=sr.status,
-        summary=json.dumps(sr.details, default=str, sort_keys=True),
-    )
-    lake.append(ctx.spark.createDataFrame([row], spec.struct()), ctx.tables.path("bronze", "runs"))
+    row = {
+        "run_id": report.run_id,
+        "job": report.job,
+        "stage": sr.stage,
+        "started_at": started,
+        "finished_at": datetime.now(timezone.utc),
+        "status": sr.status,
+        "summary": json.dumps(sr.details, default=str, sort_keys=True),
+    }
+    # one row: delta-rs from the driver, tens of milliseconds (a first Spark write costs seconds)
+    rows = pa.Table.from_pylist([row], spec.arrow())
+    lake.write_rows(ctx.spark, rows, ctx.tables.path("bronze", "runs"), spec.struct())
 
 
 @dataclass(frozen=True)

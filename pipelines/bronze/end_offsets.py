@@ -22,10 +22,13 @@ import csv
 import glob
 import io
 import json
+import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+import pyarrow.dataset as ds
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -39,6 +42,8 @@ from pipelines.runtime.files import filesystem
 if TYPE_CHECKING:
     from pipelines.runtime.config import KafkaSource
     from pipelines.runtime.tables import Tables
+
+log = logging.getLogger(__name__)
 
 __all__ = ["KEY", "EndOffsetsResult", "Observation", "fetch_admin", "ingest_end_offsets", "read_files", "write"]
 
@@ -225,12 +230,59 @@ def _frame(spark: SparkSession, tables: Tables, rows: list[Observation], source_
 
 
 def write(spark: SparkSession, tables: Tables, rows: list[Observation], source_name: str, run_id: str) -> int:
-    """Insert the observations not yet in ``bronze.end_offsets``; returns how many were new."""
+    """Insert the observations not yet in ``bronze.end_offsets``; returns how many were new.
+
+    The new ones are found on the driver (the table's keys at or after the earliest observation,
+    read by delta-rs) and appended in one commit: a run of a job is the only writer of its
+    cluster's rows (the job lock), so nothing can insert them meanwhile. Spark's insert-only MERGE
+    when delta-rs cannot read the table."""
     tables.ensure("bronze", TABLE)
     if not rows:
         return 0
-    frame = _frame(spark, tables, rows, source_name, run_id)
-    return lake.insert_new(spark, tables.path("bronze", TABLE), frame, KEY)
+    path = tables.path("bronze", TABLE)
+    # one observation per key within the input too (a file listed twice, a line repeated)
+    unique = list({(o.cluster, o.topic, o.partition, o.observed_at): o for o in rows}.values())
+    new = _not_yet_in(path, unique)
+    if new is None:
+        return lake.insert_new(spark, path, _frame(spark, tables, unique, source_name, run_id), KEY)
+    if new:
+        table = _arrow(tables, new, source_name, run_id)
+        lake.write_rows(spark, table, path, tables.spec("bronze", TABLE).struct())
+    return len(new)
+
+
+def _not_yet_in(path: str, rows: list[Observation]) -> list[Observation] | None:
+    """The observations whose key the table does not hold; None when delta-rs cannot read it."""
+    earliest = min(o.observed_at for o in rows)
+    clusters = sorted({o.cluster for o in rows})
+    try:
+        held = lake.read_arrow_where(
+            path,
+            KEY,
+            (ds.field("observed_at") >= pa.scalar(earliest, pa.timestamp("us", tz="UTC")))
+            & ds.field("cluster").isin(clusters),
+        )
+    except Exception as exc:
+        log.debug("delta-rs cannot read %s (%s): Spark merges the observations", path, exc)
+        return None
+    seen = {(c, t, p, at) for c, t, p, at in zip(*(held[k].to_pylist() for k in KEY), strict=True)}
+    return [o for o in rows if (o.cluster, o.topic, o.partition, o.observed_at) not in seen]
+
+
+def _arrow(tables: Tables, rows: list[Observation], source_name: str, run_id: str) -> pa.Table:
+    now = datetime.now(timezone.utc)
+    data = {
+        "cluster": [o.cluster for o in rows],
+        "topic": [o.topic for o in rows],
+        "partition": [o.partition for o in rows],
+        "end_offset": [o.end_offset for o in rows],
+        "observed_at": [o.observed_at for o in rows],
+        "source": [o.source for o in rows],
+        "source_name": [source_name] * len(rows),
+        "run_id": [run_id] * len(rows),
+        "ingested_at": [now] * len(rows),
+    }
+    return pa.table(data, tables.spec("bronze", TABLE).arrow())
 
 
 def ingest_end_offsets(

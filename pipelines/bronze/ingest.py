@@ -15,8 +15,11 @@ import json
 import logging
 from collections import Counter
 from dataclasses import asdict
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import StorageLevel
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -25,8 +28,16 @@ from pipelines.bronze import file_log
 from pipelines.bronze.dump_source import ingest_dump
 from pipelines.bronze.fs import RemoteSegment, crc_at, list_segments
 from pipelines.bronze.kafka_source import ingest_kafka
-from pipelines.bronze.segments_source import FILE_CHANGED, PROGRESS_COLUMNS, ByteRange, cluster_for, register
-from pipelines.bronze.sink import IngestResult, merge_issues, merge_records
+from pipelines.bronze.segments_source import (
+    FILE_CHANGED,
+    PROGRESS_COLUMNS,
+    ByteRange,
+    arrow_schema,
+    cluster_for,
+    read_range,
+    register,
+)
+from pipelines.bronze.sink import IngestResult, append_arrow, merge_issues, merge_records
 from pipelines.errors import InputError, SourceNotFound
 from pipelines.runtime import faults
 from pipelines.runtime.config import DumpSource, KafkaSource, SegmentsSource
@@ -36,6 +47,22 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 PROGRESS_ROW = ("cluster", "partition", "source_uri", *PROGRESS_COLUMNS)
+# a read of at most this many bytes runs on the driver and is appended by delta-rs: Spark's
+# Python workers, its persisted read and its write cost 8-12 s of the 200k-record demo's bronze
+# (22 MiB), the driver 2-3 s (docs/performance.md); larger reads are spread over Spark's tasks
+LOCAL_READ_BYTES = 64 << 20
+# the read's columns a read issue is recorded with, as bronze.read_issues names them
+ISSUE_COLUMNS = {
+    "cluster": "cluster",
+    "partition": "partition",
+    "source_uri": "source_uri",
+    "batch_position": "position",
+    "issue_length": "length",
+    "issue_kind": "kind",
+    "issue_reason": "reason",
+    "issue_detail": "detail",
+    "last_segment": "last_segment",
+}
 
 
 # -- sources ------------------------------------------------------------------------------------------
@@ -59,7 +86,8 @@ def ingest_segments(
     result.files = file_log.counts(plans)
     result.bytes_read = sum(r.end - r.start for r in ranges)
     faults.point("bronze.listed_before_read")  # where a test changes files under the reader
-    progress, changed = _read(spark, tables, name, source, run_id, ranges, result) if ranges else ([], set())
+    read = _read_local if result.bytes_read <= LOCAL_READ_BYTES else _read
+    progress, changed = read(spark, tables, name, source, run_id, ranges, result) if ranges else ([], set())
     _note_changes(result, plans, progress, changed)
     after = file_log.logged_after(plans, progress, name, run_id, changed)
     if file_log.changed(logged, after):  # after the data commit: a run killed before it reads again
@@ -101,10 +129,7 @@ def _read(
         with result.steps("read"):  # the first action materialises the persisted read
             found = raw.where(f"row_kind = 'progress' OR issue_kind = '{FILE_CHANGED}'")
             found = found.select("row_kind", *PROGRESS_ROW).collect()
-        # a file that is not the one listed any more: nothing read of it is kept (file_log keeps
-        # its previous row, so the next run plans it afresh, as if the change came before this run)
-        changed = {r["source_uri"] for r in found if r["row_kind"] == "issue"}
-        progress = [r.asDict() for r in found if r["row_kind"] == "progress" and r["source_uri"] not in changed]
+        progress, changed = _found([r.asDict() for r in found])
         coverage = file_log.coverage(progress)
         kept = raw.where(~F.col("source_uri").isin(sorted(changed))) if changed else raw
         records = (
@@ -118,15 +143,7 @@ def _read(
             F.col("row_kind").eqNullSafe("issue")
             & (F.col("issue_kind").eqNullSafe(FILE_CHANGED) | ~F.col("source_uri").isin(sorted(changed)))
         ).select(
-            "cluster",
-            "partition",
-            "source_uri",
-            F.col("batch_position").alias("position"),
-            F.col("issue_length").alias("length"),
-            F.col("issue_kind").alias("kind"),
-            F.col("issue_reason").alias("reason"),
-            F.col("issue_detail").alias("detail"),
-            F.col("last_segment"),
+            *[F.col(column).alias(alias) for column, alias in ISSUE_COLUMNS.items()],
             F.lit(run_id).alias("run_id"),
             F.current_timestamp().alias("detected_at"),
         )
@@ -142,6 +159,65 @@ def _read(
                 )
     finally:
         raw.unpersist()
+    return progress, changed
+
+
+def _found(found: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], set[str]]:
+    """The ranges' progress rows and the files that changed under the reader, from the read's
+    progress rows and ``file_changed`` issues. A file that is not the one listed any more: nothing
+    read of it is kept (file_log keeps its previous row, so the next run plans it afresh, as if the
+    change came before this run)."""
+    changed = {r["source_uri"] for r in found if r["row_kind"] == "issue"}
+    return [r for r in found if r["row_kind"] == "progress" and r["source_uri"] not in changed], changed
+
+
+def _read_local(
+    spark: SparkSession,
+    tables: Tables,
+    name: str,
+    source: SegmentsSource,
+    run_id: str,
+    ranges: list[ByteRange],
+    result: IngestResult,
+) -> tuple[list[dict[str, Any]], set[str]]:
+    """:func:`_read` on the driver for a small read: the same rows (``read_range``, as the Spark
+    tasks read them), appended by delta-rs when bronze holds nothing where they lie (the sink's
+    Spark MERGE otherwise)."""
+    with result.steps("read"):
+        schema = arrow_schema()
+        batches = [
+            b for r in ranges for b in read_range(r, cluster_for(r.uri, source.cluster, source.cluster_from_path))
+        ]
+        raw = pa.Table.from_batches(batches, schema)
+        kind = raw["row_kind"]
+        found = pc.or_(pc.equal(kind, "progress"), pc.fill_null(pc.equal(raw["issue_kind"], FILE_CHANGED), False))
+        progress, changed = _found(raw.filter(found).select(["row_kind", *PROGRESS_ROW]).to_pylist())
+        coverage = file_log.coverage(progress)
+        from_changed = pc.is_in(raw["source_uri"], pa.array(sorted(changed), pa.string()))
+        now = pa.scalar(datetime.now(timezone.utc), pa.timestamp("us", tz="UTC"))
+        records = raw.filter(pc.and_(pc.equal(kind, "record"), pc.invert(from_changed)))
+        n = records.num_rows
+        records = (
+            records.append_column("resolved_by_broker", pa.array([False] * n, pa.bool_()))
+            .append_column("source_kind", pa.array(["segments"] * n, pa.string()))
+            .append_column("run_id", pa.array([run_id] * n, pa.string()))
+            .append_column("ingested_at", pa.array([now.as_py()] * n, now.type))
+        )
+        issue = pc.and_(
+            pc.equal(kind, "issue"),
+            pc.or_(pc.equal(raw["issue_kind"], FILE_CHANGED), pc.invert(from_changed)),
+        )
+        issues = raw.filter(issue).select(list(ISSUE_COLUMNS)).rename_columns(list(ISSUE_COLUMNS.values()))
+        issues = issues.append_column("run_id", pa.array([run_id] * issues.num_rows, pa.string()))
+    result.issues = issues.to_pylist()
+    if result.issues:
+        frame = spark.createDataFrame(issues).withColumn("detected_at", F.current_timestamp())
+        merge_issues(spark, tables, frame)
+    result.rows_read = coverage.records
+    if coverage.records:
+        meta = {"run_id": run_id, "source": name, "kind": "segments"}
+        with result.steps("write"):
+            result.rows_inserted, result.conflicts = append_arrow(spark, tables, records, run_id, meta, coverage)
     return progress, changed
 
 

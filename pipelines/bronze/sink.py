@@ -15,15 +15,19 @@ appended (no join, no MERGE), otherwise the conflict check and the MERGE see onl
 from __future__ import annotations
 
 import os
+import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType
 
 from pipelines.bronze.segments_source import content_hash
 from pipelines.runtime import faults, lake
+from pipelines.runtime.files import filesystem
 from pipelines.runtime.steps import Steps
 
 if TYPE_CHECKING:
@@ -34,6 +38,7 @@ __all__ = [
     "KEY",
     "Coverage",
     "IngestResult",
+    "append_arrow",
     "bronze_columns",
     "content_hash_udf",
     "merge_issues",
@@ -135,6 +140,39 @@ def merge_records(
     finally:
         rows.unpersist()
     return inserted, n_conflicts
+
+
+def append_arrow(
+    spark: SparkSession,
+    tables: Tables,
+    rows: pa.Table,
+    run_id: str,
+    commit_metadata: dict[str, Any],
+    coverage: Coverage,
+) -> tuple[int, int]:
+    """:func:`merge_records` for rows the driver holds: appended in one commit by delta-rs when
+    bronze holds nothing in their spans and no position repeats among them (a first read, an
+    increment); otherwise, or when delta-rs cannot write the table, handed to Spark's MERGE."""
+    tables.ensure("bronze", "offsets_records")
+    tables.ensure("bronze", "conflicts")
+    path = tables.path("bronze", "offsets_records")
+    rows = rows.select(bronze_columns(tables))
+    if coverage.unique and not _may_hold(spark, path, coverage):
+        faults.point("bronze.before_write")
+        if os.environ.get("OFFSETS_FAULT") == "bronze.after_write_before_commit":
+            _orphan_files(rows, path)
+        if lake.write_arrow(rows, path, metadata=commit_metadata):
+            faults.point("bronze.after_commit")
+            return rows.num_rows, 0
+    return merge_records(spark, tables, spark.createDataFrame(rows), run_id, commit_metadata, coverage=coverage)
+
+
+def _orphan_files(rows: pa.Table, path: str) -> None:
+    """What a writer killed mid-write leaves behind: data files no commit references (the crash
+    tests' fault point ``bronze.after_write_before_commit``)."""
+    filesys, root = filesystem(path)
+    pq.write_table(rows, f"{root}/part-00000-{uuid.uuid4()}.c000.snappy.parquet", filesystem=filesys)
+    faults.point("bronze.after_write_before_commit")
 
 
 def _may_hold(spark: SparkSession, path: str, coverage: Coverage) -> bool:

@@ -17,6 +17,7 @@ import errno
 import getpass
 import os
 import re
+import shutil
 from pathlib import Path
 
 from pipelines.errors import LakehouseUnwritable
@@ -62,6 +63,8 @@ def unwritable(exc: BaseException, root: str) -> LakehouseUnwritable | None:
     else:
         return None
     where = _where(exc, local)
+    if kind == "full" and where is None and _nearly_full(local):
+        where = f" at {local}"  # the error names no path (delta-rs's do not), the root's disk is full
     if kind == "full":
         disk = "the lakehouse's disk is full" if where else "a disk the run writes to is full"
         return LakehouseUnwritable(
@@ -75,6 +78,17 @@ def unwritable(exc: BaseException, root: str) -> LakehouseUnwritable | None:
         f"({getpass.getuser()}) write access to it, or mount it read-write, then run the job again; "
         "nothing half-written was committed"
     )
+
+
+def _nearly_full(local: str) -> bool:
+    """Whether the disk holding ``local`` (or its nearest existing parent) has under 1 MiB free."""
+    path = Path(local)
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    try:
+        return shutil.disk_usage(path).free < 1 << 20
+    except OSError:
+        return False
 
 
 def _where(exc: BaseException, local: str) -> str | None:
