@@ -32,6 +32,10 @@ if TYPE_CHECKING:
 # bronze rows per Arrow batch handed to the decoder: the columnar decoder has a fixed cost per
 # (record type, version) and call, so larger batches decode faster (docs/performance.md)
 DECODE_BATCH_ROWS = 50_000
+# at most this many bronze rows are read (by delta-rs) and decoded on the driver: Spark's read,
+# its Python workers and its checkpoint cost seconds whatever the size (5-9 s of the 200k-record
+# demo's silver, where the driver takes about 1 s; docs/performance.md)
+LOCAL_DECODE_ROWS = 250_000
 
 
 @dataclass
@@ -39,8 +43,9 @@ class Decoded:
     """The decoded rows of one silver run, checkpointed: per table, Arrow IPC blobs."""
 
     spark: SparkSession
-    blobs: DataFrame
+    blobs: DataFrame | None  # None: decoded on the driver, the blobs are in ``local``
     counts: dict[str, Any] = field(default_factory=dict)
+    local: pa.Table | None = None  # the blobs, when decoded on the driver (decode_arrow)
     inventory: pa.Table | None = None  # the census of the decoded bronze rows (version_inventory columns)
     topics: pa.Table | None = None  # (cluster, topic_id, topic_name, first_seen) the rows carry
 
@@ -48,13 +53,18 @@ class Decoded:
         """The rows of one silver table, in its declared columns (unpacked in as few tasks as
         their count needs: :func:`pipelines.runtime.blobs.frame`)."""
         ddl = tables.spec("silver", name).ddl_columns()
+        if self.blobs is None:
+            return self.spark.createDataFrame(self.arrow(name), ddl)
         return ipc_blobs.frame(self.blobs.where(F.col("table") == name), ddl, self.counts.get(name))
 
     def arrow(self, name: str) -> pa.Table:
         """The rows of one silver table that received rows, on the driver, in its declared
         columns: for a write small enough to skip Spark (:func:`pipelines.runtime.lake.write_arrow`)."""
-        rows = self.blobs.where(F.col("table") == name).select(ipc_blobs.DATA).collect()
-        return pa.concat_tables([pa.ipc.open_stream(r[0]).read_all() for r in rows if r[0]])
+        if self.local is not None:
+            blobs = self.local.filter(pc.equal(self.local["table"], name))[ipc_blobs.DATA].to_pylist()
+        else:
+            blobs = [r[0] for r in self.blobs.where(F.col("table") == name).select(ipc_blobs.DATA).collect()]
+        return pa.concat_tables([pa.ipc.open_stream(b).read_all() for b in blobs if b])
 
     def topic_pairs_table(self) -> pa.Table:
         """The topic id pairs of these rows, each with its earliest record time."""
@@ -81,7 +91,8 @@ class Decoded:
         return out
 
     def unpersist(self) -> None:
-        self.blobs.unpersist()
+        if self.blobs is not None:
+            self.blobs.unpersist()
 
 
 def decode_frame(rows: DataFrame, plan: DecodePlan) -> Decoded:
@@ -94,14 +105,35 @@ def decode_frame(rows: DataFrame, plan: DecodePlan) -> Decoded:
             .mapInArrow(functools.partial(decode_blobs, plan=plan), BLOB_DDL)
             .localCheckpoint(eager=True)
         )
-    decoded = Decoded(spark, blobs)
-    listing = blobs.select("table", "rows").collect()
-    counts: dict[str, Any] = {t: 0 for t in (*RECORD_TABLES, MEMBER_TABLE)}
-    for r in listing:
-        counts[r["table"]] = counts.get(r["table"], 0) + r["rows"]
+    listing = [(r["table"], r["rows"]) for r in blobs.select("table", "rows").collect()]
     small = blobs.where(F.col("table").isin(INVENTORY, TOPIC_IDS)).select("table", "data").collect()
-    inventory = [pa.ipc.open_stream(r["data"]).read_all() for r in small if r["table"] == INVENTORY]
-    topics = [pa.ipc.open_stream(r["data"]).read_all() for r in small if r["table"] == TOPIC_IDS]
+    return _counted(Decoded(spark, blobs), listing, [(r["table"], r["data"]) for r in small], plan)
+
+
+def decode_arrow(spark: SparkSession, rows: pa.Table, plan: DecodePlan) -> Decoded:
+    """:func:`decode_frame` on the driver, for bronze rows read as Arrow (at most
+    :data:`LOCAL_DECODE_ROWS`): the same blobs, kept on the driver; a table's Spark frame is made
+    from its Arrow rows only when a Spark write needs one."""
+    present = [c for c in INPUT_COLUMNS if c in rows.column_names]
+    batches = rows.select(present).to_batches(max_chunksize=DECODE_BATCH_ROWS)
+    schema = pa.schema([("table", pa.string()), ("rows", pa.int64()), (ipc_blobs.DATA, pa.binary())])
+    local = pa.Table.from_batches(list(decode_blobs(batches, plan)), schema)
+    listing = list(zip(local["table"].to_pylist(), local["rows"].to_pylist(), strict=True))
+    small = local.filter(pc.is_in(local["table"], pa.array([INVENTORY, TOPIC_IDS])))
+    pairs = list(zip(small["table"].to_pylist(), small[ipc_blobs.DATA].to_pylist(), strict=True))
+    return _counted(Decoded(spark, None, local=local), listing, pairs, plan)
+
+
+def _counted(
+    decoded: Decoded, listing: list[tuple[str, int]], small: list[tuple[str, bytes]], plan: DecodePlan
+) -> Decoded:
+    """``decoded`` with its counts, census and topic ids, from its blobs' (table, rows) listing and
+    the census and topic id blobs."""
+    counts: dict[str, Any] = {t: 0 for t in (*RECORD_TABLES, MEMBER_TABLE)}
+    for table, rows in listing:
+        counts[table] = counts.get(table, 0) + rows
+    inventory = [pa.ipc.open_stream(data).read_all() for table, data in small if table == INVENTORY]
+    topics = [pa.ipc.open_stream(data).read_all() for table, data in small if table == TOPIC_IDS]
     decoded.inventory = combine_census(inventory, plan.tables["version_inventory"])
     decoded.topics = pa.concat_tables(topics) if topics else plan.tables["topic_ids"].empty_table()
     inv = decoded.inventory

@@ -31,13 +31,14 @@ import json
 import logging
 from typing import TYPE_CHECKING
 
+import pyarrow.compute as pc
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import AnalysisException
 
 from pipelines.runtime import faults, lake
 from pipelines.silver.contract import BRONZE, DATA_TABLES, SilverResult
-from pipelines.silver.decode import build_plan
-from pipelines.silver.frames import Decoded, decode_frame
+from pipelines.silver.decode import INPUT_COLUMNS, DecodePlan, build_plan
+from pipelines.silver.frames import LOCAL_DECODE_ROWS, Decoded, decode_arrow, decode_frame
 from pipelines.silver.inventory import add_to_inventory, replace_inventory, update_inventory
 from pipelines.silver.progress import finish, progress_state, write_progress
 from pipelines.silver.topics import named_rows_in, resolve_topic_names, update_topic_ids
@@ -62,6 +63,28 @@ def _ensure_bronze_cdf(spark: SparkSession, tables: Tables, result: SilverResult
     lake.set_property(spark, path, CDF, "true")
     result.notes.append("enabled the change data feed on bronze.offsets_records (this run reads the snapshot)")
     return False
+
+
+def _decode_changes(spark: SparkSession, path: str, watermark: int, latest: int, plan: DecodePlan) -> Decoded:
+    """Decode the rows bronze's commits after ``watermark`` inserted (its change data feed): on the
+    driver when they are few (bronze is insert-only, so they are the rows its log counts at
+    ``latest`` less those at ``watermark``), else in Spark tasks."""
+    before, now = lake.row_count(path, watermark), lake.row_count(path, latest)
+    if before is not None and now is not None and now - before <= LOCAL_DECODE_ROWS:
+        changes = lake.changes_arrow(spark, path, watermark + 1, latest, INPUT_COLUMNS)
+        return decode_arrow(spark, changes.filter(pc.equal(changes["_change_type"], "insert")), plan)
+    inserts = lake.changes(spark, path, watermark + 1, latest).where("_change_type = 'insert'")
+    return decode_frame(inserts, plan)
+
+
+def _decode_snapshot(spark: SparkSession, path: str, latest: int, plan: DecodePlan) -> Decoded:
+    """Decode every row of bronze at ``latest``: on the driver when they are few, else in Spark tasks."""
+    rows = lake.row_count(path, latest)
+    if rows is not None and rows <= LOCAL_DECODE_ROWS:
+        snapshot = lake.read_arrow(spark, path, INPUT_COLUMNS, at=latest)
+        if snapshot is not None:
+            return decode_arrow(spark, snapshot, plan)
+    return decode_frame(lake.read_at(spark, path, latest), plan)
 
 
 # -- the stage -------------------------------------------------------------------------------------
@@ -93,12 +116,12 @@ def run_silver(spark: SparkSession, tables: Tables, run_id: str, full_refresh: b
         return result
 
     decoded: Decoded | None = None
-    inserts = None
+    from_feed = False
     if not full and watermark is not None:
         try:
-            inserts = lake.changes(spark, bronze_path, watermark + 1, latest).where("_change_type = 'insert'")
             with result.steps("read and decode"):
-                decoded = decode_frame(inserts, plan)
+                decoded = _decode_changes(spark, bronze_path, watermark, latest, plan)
+            from_feed = True
         except FEED_ERRORS as exc:  # feed switched on later, files vacuumed: read the snapshot
             log.warning("silver: change data feed unavailable for bronze %d..%d: %s", watermark + 1, latest, exc)
             decoded = None
@@ -109,7 +132,7 @@ def run_silver(spark: SparkSession, tables: Tables, run_id: str, full_refresh: b
         if not full:
             result.mode = "snapshot"
         with result.steps("read and decode"):
-            decoded = decode_frame(lake.read_at(spark, bronze_path, latest), plan)
+            decoded = _decode_snapshot(spark, bronze_path, latest, plan)
     try:
         counts = decoded.counts
         result.bronze_rows = counts["_rows"]
@@ -150,7 +173,7 @@ def run_silver(spark: SparkSession, tables: Tables, run_id: str, full_refresh: b
                 elif learnt and named_rows_in(spark, tables, learnt):
                     result.topic_names_resolved = resolve_topic_names(spark, tables, learnt)
             with result.steps("inventory"):
-                if append and inserts is not None:  # rows silver never counted: add them to their partitions' census
+                if append and from_feed:  # rows silver never counted: add them to their partitions' census
                     add_to_inventory(spark, tables, decoded.inventory, pairs, latest)
                 elif last is None:  # the first run decoded all of bronze, and nothing was quarantined before
                     replace_inventory(spark, tables, decoded.inventory)

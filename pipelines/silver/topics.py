@@ -57,9 +57,8 @@ def update_topic_ids(spark: SparkSession, tables: Tables, decoded: Decoded, over
             learnt.add(r["cluster"])
     if existing is None or learnt:
         tables.ensure("silver", "topic_ids")
-        schema = tables.spec("silver", "topic_ids").struct()
-        frame = spark.createDataFrame([tuple(r[f] for f in schema.fieldNames()) for r in rows.values()], schema)
-        lake.replace_where(frame, path)
+        spec = tables.spec("silver", "topic_ids")
+        lake.write_rows(spark, pa.Table.from_pylist(list(rows.values()), spec.arrow()), path, spec.struct(), "true")
     return learnt
 
 
@@ -96,6 +95,11 @@ def _fill_topic(x: Any) -> Any:
     return x.withField("topic", F.try_element_at(F.col("_names"), x["topic_id"]))
 
 
+def named_arrays(table: str) -> list[str]:
+    """The table's arrays whose ``topic`` is resolved, as :func:`fill_topic_names_arrow` names them."""
+    return [array if struct is None else f"{struct}.{array}" for t, struct, array in TOPIC_ARRAYS if t == table]
+
+
 def resolved_columns(table: str) -> dict[str, Any]:
     """Column -> expression with ``topic`` filled from a ``_names`` map column, for one table."""
     out: dict[str, Any] = {}
@@ -124,25 +128,41 @@ def topic_name_map(spark: SparkSession, tables: Tables) -> dict[tuple[str, str],
 
 
 def fill_topic_names_arrow(rows: pa.Table, arrays: list[str], names: dict[tuple[str, str], str]) -> pa.Table:
-    """:func:`fill_topic_names` on Arrow rows: ``topic`` in the structs of the top-level ``arrays``
-    set to the name of their (cluster, ``topic_id``) in ``names`` (null when it has none)."""
+    """:func:`fill_topic_names` on Arrow rows: ``topic`` in the structs of the ``arrays`` (a
+    top-level column, or ``struct.field`` for an array inside a struct column) set to the name of
+    their (cluster, ``topic_id``) in ``names`` (null when it has none)."""
+    clusters = rows.column("cluster").combine_chunks()
     for array in arrays:
-        lists = rows.column(array).combine_chunks()
-        offsets = lists.offsets.to_numpy()
-        structs = lists.values.slice(offsets[0], offsets[-1] - offsets[0])  # every list's structs, in order
-        parents = np.repeat(np.arange(len(lists)), np.diff(offsets))
-        clusters = rows.column("cluster").combine_chunks().take(pa.array(parents)).to_pylist()
-        topics = pa.array(
-            [names.get((c, i)) for c, i in zip(clusters, structs.field("topic_id").to_pylist(), strict=True)],
-            pa.string(),
-        )
-        fields = [topics if f.name == "topic" else structs.field(f.name) for f in structs.type]
-        filled = pa.StructArray.from_arrays(fields, fields=list(structs.type), mask=structs.is_null())
-        out = pa.ListArray.from_arrays(
-            pa.array(offsets - offsets[0], pa.int32()), filled, type=lists.type, mask=lists.is_null()
-        )
-        rows = rows.set_column(rows.schema.get_field_index(array), rows.schema.field(array), out)
+        struct_name, _, field = array.rpartition(".")
+        if not struct_name:
+            filled = _fill_lists(rows.column(array).combine_chunks(), clusters, names)
+        else:
+            outer = rows.column(struct_name).combine_chunks()
+            children = [
+                _fill_lists(outer.field(f.name), clusters, names) if f.name == field else outer.field(f.name)
+                for f in outer.type
+            ]
+            filled = pa.StructArray.from_arrays(children, fields=list(outer.type), mask=outer.is_null())
+            array = struct_name
+        rows = rows.set_column(rows.schema.get_field_index(array), rows.schema.field(array), filled)
     return rows
+
+
+def _fill_lists(lists: pa.ListArray, clusters: pa.Array, names: dict[tuple[str, str], str]) -> pa.ListArray:
+    """``lists`` (one list of topic structs per row) with each struct's ``topic`` named."""
+    offsets = lists.offsets.to_numpy()
+    structs = lists.values.slice(offsets[0], offsets[-1] - offsets[0])  # every list's structs, in order
+    parents = np.repeat(np.arange(len(lists)), np.diff(offsets))
+    owners = clusters.take(pa.array(parents)).to_pylist()
+    topics = pa.array(
+        [names.get((c, i)) for c, i in zip(owners, structs.field("topic_id").to_pylist(), strict=True)],
+        pa.string(),
+    )
+    fields = [topics if f.name == "topic" else structs.field(f.name) for f in structs.type]
+    filled = pa.StructArray.from_arrays(fields, fields=list(structs.type), mask=structs.is_null())
+    return pa.ListArray.from_arrays(
+        pa.array(offsets - offsets[0], pa.int32()), filled, type=lists.type, mask=lists.is_null()
+    )
 
 
 def fill_topic_names(frame: DataFrame, arrays: list[str], names: DataFrame) -> DataFrame:

@@ -8,7 +8,14 @@ from typing import TYPE_CHECKING
 from pipelines.runtime import faults, lake
 from pipelines.silver.contract import DATA_TABLES, KEY, MEMBER_KEY, MEMBER_TABLE, SilverResult
 from pipelines.silver.store import table_exists
-from pipelines.silver.topics import resolved_columns, topic_names, with_topic_names
+from pipelines.silver.topics import (
+    fill_topic_names_arrow,
+    named_arrays,
+    resolved_columns,
+    topic_name_map,
+    topic_names,
+    with_topic_names,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -58,22 +65,32 @@ def insert_tables(
 ) -> None:
     """Insert each table's rows of the decoded batch: the first table alone (a fault point follows
     it), then the others at once — independent tables, independent commits."""
-    names = topic_names(spark, tables).persist() if resolve else None
     todo = [t for t in DATA_TABLES if result.rows.get(t)]
+    names_map = topic_name_map(spark, tables) if resolve else {}
+    frames: list[DataFrame] = []  # topic_names as a Spark frame, made once if a Spark write needs it
+
+    def spark_names() -> DataFrame:
+        if not frames:
+            frames.append(topic_names(spark, tables).persist())
+        return frames[0]
 
     def insert(table: str) -> None:
         rows = result.rows[table]
-        named = names is not None and bool(resolved_columns(table))
+        named = resolve and bool(resolved_columns(table))
         # few rows that cannot be in the table (new ones, or a table that does not exist yet: what
-        # merge_insert appends): appended from the driver, without a Spark job
-        if not named and rows <= lake.LOCAL_WRITE_ROWS and (append or not table_exists(spark, tables, table)):
+        # merge_insert appends): appended from the driver, without a Spark job, their topic names
+        # filled in Arrow
+        if rows <= lake.LOCAL_WRITE_ROWS and (append or not table_exists(spark, tables, table)):
             tables.ensure("silver", table)
-            if lake.write_arrow(decoded.arrow(table), tables.path("silver", table)):
+            batch = decoded.arrow(table)
+            if named:
+                batch = fill_topic_names_arrow(batch, named_arrays(table), names_map)
+            if lake.write_arrow(batch, tables.path("silver", table)):
                 result.inserted[table] = rows
                 return
         frame = decoded.table(tables, table)
         if named:
-            frame = with_topic_names(frame, table, names)
+            frame = with_topic_names(frame, table, spark_names())
         result.inserted[table] = merge_insert(spark, tables, table, frame, pairs, rows, append)
 
     def after_first() -> None:
@@ -91,8 +108,8 @@ def insert_tables(
     try:
         lake.first_then_parallel(todo, insert, after_first)
     finally:
-        if names is not None:
-            names.unpersist()
+        for frame in frames:
+            frame.unpersist()
 
 
 def refresh_tables(spark: SparkSession, tables: Tables, decoded: Decoded, result: SilverResult) -> None:

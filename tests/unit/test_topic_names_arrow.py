@@ -46,3 +46,26 @@ def test_a_sliced_table_keeps_its_rows_aligned() -> None:
     ).slice(1, 3)
     out = fill_topic_names_arrow(rows, ["assigned"], NAMES)
     assert out.column("assigned").to_pylist() == [[item("id-1", "payments")], [item("id-1", "orders")] * 2, []]
+
+
+def test_an_array_inside_a_struct_column_is_filled_and_null_structs_stay_null() -> None:
+    """share_group_records keeps its assignments in struct columns (``struct.field`` paths)."""
+    outer = pa.struct([("epoch", pa.int32()), ("assigned", pa.list_(ITEM))])
+    schema = pa.schema([("cluster", pa.string()), ("assignment", outer)])
+    rows = pa.Table.from_pylist(
+        [
+            {"cluster": "a", "assignment": {"epoch": 3, "assigned": [item("id-1"), item("id-7", "stale")]}},
+            {"cluster": "b", "assignment": None},
+            {"cluster": "b", "assignment": {"epoch": 4, "assigned": None}},
+            {"cluster": "b", "assignment": {"epoch": 5, "assigned": [item("id-1")]}},
+        ],
+        schema,
+    ).slice(0, 4)
+    out = fill_topic_names_arrow(rows, ["assignment.assigned"], NAMES)
+    assert out.schema == rows.schema
+    assert out.column("assignment").to_pylist() == [
+        {"epoch": 3, "assigned": [item("id-1", "orders"), item("id-7", None)]},
+        None,
+        {"epoch": 4, "assigned": None},
+        {"epoch": 5, "assigned": [item("id-1", "payments")]},
+    ]
