@@ -13,6 +13,7 @@ import os
 import pty
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -45,10 +46,10 @@ class TerminalRun:
     """``run`` on a pseudo-terminal (stdout and stderr), in its own process group; what it writes
     is collected by a thread (a full pty buffer would block it)."""
 
-    def __init__(self, cmd: list[str]) -> None:
+    def __init__(self, cmd: list[str], env: dict[str, str] | None = None) -> None:
         master, slave = pty.openpty()
         self.proc = subprocess.Popen(
-            cmd, cwd=REPO, env=ENV, stdin=slave, stdout=slave, stderr=slave, start_new_session=True
+            cmd, cwd=REPO, env=env or ENV, stdin=slave, stdout=slave, stderr=slave, start_new_session=True
         )
         os.close(slave)
         self._master = master
@@ -92,8 +93,12 @@ def test_overlapping_runs_and_a_killed_run(logs: tuple[Path, int], tmp_path: Pat
     lock = tmp_path / "lakehouse" / "_locks" / "j.lock"
     first_log = tmp_path / "log" / "first.log"
 
+    # silver holds at its fault point (decoded, nothing written) until the test lets go, which it
+    # never does: a small run's silver takes a second, too short to kill in its middle otherwise
+    hold = socket.create_server(("127.0.0.1", 0))
+    fault = {"OFFSETS_FAULT": "silver.after_decode", "OFFSETS_FAULT_HOOK": f"127.0.0.1:{hold.getsockname()[1]}"}
     # --verbose: the stages' start lines (DEBUG) tell when silver is under way
-    first = TerminalRun(cli(config, "--log-file", str(first_log), "--verbose"))
+    first = TerminalRun(cli(config, "--log-file", str(first_log), "--verbose"), env=ENV | fault)
     try:
         # the first run holds the lock once its pid is in the lock file
         def holds() -> bool:
@@ -116,11 +121,14 @@ def test_overlapping_runs_and_a_killed_run(logs: tuple[Path, int], tmp_path: Pat
         assert elapsed < 20, f"refused after {elapsed:.1f} s: it should not start Spark"
 
         # kill the first run's process group (driver and JVM) in the middle of silver
-        wait_for("silver to start", lambda: first_log.exists() and "silver: decoding" in first_log.read_text())
-        time.sleep(3)
+        hold.settimeout(300)
+        held, _ = hold.accept()
+        assert held.makefile().readline().strip() == "silver.after_decode"
+        assert "silver: decoding" in first_log.read_text()
         assert first.proc.poll() is None, "the first run ended before it could be killed mid-stage"
     finally:
         first.kill_group()
+        hold.close()
     assert first.proc.returncode == -signal.SIGKILL
 
     # progress on the terminal: bronze's end line (silver never ended), logs in the file, not there
