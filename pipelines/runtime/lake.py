@@ -408,8 +408,10 @@ def changes_arrow(spark: SparkSession, path: str, start: int, end: int, columns:
         table = _rs_table(path, end)
         if table.protocol().reader_features:
             raise ValueError(f"reader features {table.protocol().reader_features}")
-        reader = table.load_cdf(starting_version=start, ending_version=end, columns=[*columns, "_change_type"])
-        return _plain_strings(pa.table(reader.read_all()))
+        # every column, then the wanted ones: delta-rs parses a projection as SQL, where names
+        # such as bronze's `offset` and `partition` are keywords
+        reader = table.load_cdf(starting_version=start, ending_version=end)
+        return _plain_strings(pa.table(reader.read_all()).select([*columns, "_change_type"]))
     except Exception as exc:
         log.debug("delta-rs cannot read the change data feed of %s (%s): Spark reads it", path, exc)
     return changes(spark, path, start, end).select(*columns, "_change_type").toArrow()
@@ -477,9 +479,12 @@ def _rs_table_or_none(path: str, version: int | None = None) -> Any:
 
 
 def _plain_strings(table: pa.Table) -> pa.Table:
-    """delta-rs returns string views; the rest of the pipeline (and Spark) speaks plain strings."""
-    fields = [pa.field(f.name, pa.string() if pa.types.is_string_view(f.type) else f.type) for f in table.schema]
-    return table.cast(pa.schema(fields)) if any(pa.types.is_string_view(f.type) for f in table.schema) else table
+    """delta-rs returns string and binary views; the rest of the pipeline (and Spark) speaks plain
+    strings and binaries."""
+    plain = {pa.string_view(): pa.string(), pa.binary_view(): pa.binary()}
+    if not any(f.type in plain for f in table.schema):
+        return table
+    return table.cast(pa.schema([pa.field(f.name, plain.get(f.type, f.type), f.nullable) for f in table.schema]))
 
 
 def version(spark: SparkSession, path: str) -> int | None:
