@@ -30,8 +30,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.dataset as ds
 from py4j.protocol import Py4JJavaError
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import SparkSession
 
 from pipelines.bronze.kafka_client import TIMEOUT_S, KafkaUnavailable, admin_client
 from pipelines.errors import InputError, SourceNotFound
@@ -215,20 +214,6 @@ def _list_offsets(
 
 
 # -- writing -----------------------------------------------------------------------------------------
-def _frame(spark: SparkSession, tables: Tables, rows: list[Observation], source_name: str, run_id: str) -> DataFrame:
-    data = [(o.cluster, o.topic, o.partition, o.end_offset, o.observed_at, o.source) for o in rows]
-    frame = spark.createDataFrame(
-        data, "cluster string, topic string, partition int, end_offset bigint, observed_at timestamp, source string"
-    )
-    # one observation per key within the input too (a file listed twice, a line repeated)
-    return frame.dropDuplicates(list(KEY)).select(
-        *frame.columns,
-        F.lit(source_name).alias("source_name"),
-        F.lit(run_id).alias("run_id"),
-        F.current_timestamp().alias("ingested_at"),
-    )
-
-
 def write(spark: SparkSession, tables: Tables, rows: list[Observation], source_name: str, run_id: str) -> int:
     """Insert the observations not yet in ``bronze.end_offsets``; returns how many were new.
 
@@ -241,14 +226,19 @@ def write(spark: SparkSession, tables: Tables, rows: list[Observation], source_n
         return 0
     path = tables.path("bronze", TABLE)
     # one observation per key within the input too (a file listed twice, a line repeated)
-    unique = list({(o.cluster, o.topic, o.partition, o.observed_at): o for o in rows}.values())
+    unique = list({_key(o): o for o in rows}.values())
     new = _not_yet_in(path, unique)
     if new is None:
-        return lake.insert_new(spark, path, _frame(spark, tables, unique, source_name, run_id), KEY)
+        frame = spark.createDataFrame(_arrow(tables, unique, source_name, run_id))
+        return lake.insert_new(spark, path, frame, KEY)
     if new:
         table = _arrow(tables, new, source_name, run_id)
         lake.write_rows(spark, table, path, tables.spec("bronze", TABLE).struct())
     return len(new)
+
+
+def _key(o: Observation) -> tuple[str, str, int, datetime]:
+    return o.cluster, o.topic, o.partition, o.observed_at
 
 
 def _not_yet_in(path: str, rows: list[Observation]) -> list[Observation] | None:
@@ -265,8 +255,8 @@ def _not_yet_in(path: str, rows: list[Observation]) -> list[Observation] | None:
     except Exception as exc:
         log.debug("delta-rs cannot read %s (%s): Spark merges the observations", path, exc)
         return None
-    seen = {(c, t, p, at) for c, t, p, at in zip(*(held[k].to_pylist() for k in KEY), strict=True)}
-    return [o for o in rows if (o.cluster, o.topic, o.partition, o.observed_at) not in seen]
+    seen = set(zip(*(held[k].to_pylist() for k in KEY), strict=True))
+    return [o for o in rows if _key(o) not in seen]
 
 
 def _arrow(tables: Tables, rows: list[Observation], source_name: str, run_id: str) -> pa.Table:

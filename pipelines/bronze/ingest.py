@@ -198,17 +198,17 @@ def _read_local(
         records = raw.filter(pc.and_(pc.equal(kind, "record"), pc.invert(from_changed)))
         n = records.num_rows
         records = (
-            records.append_column("resolved_by_broker", pa.array([False] * n, pa.bool_()))
-            .append_column("source_kind", pa.array(["segments"] * n, pa.string()))
-            .append_column("run_id", pa.array([run_id] * n, pa.string()))
-            .append_column("ingested_at", pa.array([now.as_py()] * n, now.type))
+            records.append_column("resolved_by_broker", pa.repeat(pa.scalar(False), n))
+            .append_column("source_kind", pa.repeat(pa.scalar("segments"), n))
+            .append_column("run_id", pa.repeat(pa.scalar(run_id), n))
+            .append_column("ingested_at", pa.repeat(now, n))
         )
         issue = pc.and_(
             pc.equal(kind, "issue"),
             pc.or_(pc.equal(raw["issue_kind"], FILE_CHANGED), pc.invert(from_changed)),
         )
         issues = raw.filter(issue).select(list(ISSUE_COLUMNS)).rename_columns(list(ISSUE_COLUMNS.values()))
-        issues = issues.append_column("run_id", pa.array([run_id] * issues.num_rows, pa.string()))
+        issues = issues.append_column("run_id", pa.repeat(pa.scalar(run_id), issues.num_rows))
     result.issues = issues.to_pylist()
     if result.issues:
         frame = spark.createDataFrame(issues).withColumn("detected_at", F.current_timestamp())

@@ -158,9 +158,7 @@ def append_arrow(
     path = tables.path("bronze", "offsets_records")
     rows = rows.select(bronze_columns(tables))
     if coverage.unique and not _may_hold(spark, path, coverage):
-        faults.point("bronze.before_write")
-        if os.environ.get("OFFSETS_FAULT") == "bronze.after_write_before_commit":
-            _orphan_files(rows, path)
+        _before_commit(rows, path)
         if lake.write_arrow(rows, path, metadata=commit_metadata):
             faults.point("bronze.after_commit")
             return rows.num_rows, 0
@@ -168,11 +166,9 @@ def append_arrow(
 
 
 def _orphan_files(rows: pa.Table, path: str) -> None:
-    """What a writer killed mid-write leaves behind: data files no commit references (the crash
-    tests' fault point ``bronze.after_write_before_commit``)."""
+    """Driver-held rows as data files in the table's directory that no commit references."""
     filesys, root = filesystem(path)
     pq.write_table(rows, f"{root}/part-00000-{uuid.uuid4()}.c000.snappy.parquet", filesystem=filesys)
-    faults.point("bronze.after_write_before_commit")
 
 
 def _may_hold(spark: SparkSession, path: str, coverage: Coverage) -> bool:
@@ -208,12 +204,16 @@ def _append(spark: SparkSession, path: str, rows: DataFrame, commit_metadata: di
     return inserted
 
 
-def _before_commit(rows: DataFrame, path: str) -> None:
-    """The fault points before the commit (crash tests, pipelines/runtime/faults.py)."""
+def _before_commit(rows: DataFrame | pa.Table, path: str) -> None:
+    """The fault points before the commit (crash tests, pipelines/runtime/faults.py), for rows in
+    Spark or on the driver."""
     faults.point("bronze.before_write")
     if os.environ.get("OFFSETS_FAULT") == "bronze.after_write_before_commit":
         # what a writer killed mid-write leaves behind: data files that no commit references
-        rows.write.mode("append").partitionBy("cluster", "partition").parquet(path)
+        if isinstance(rows, pa.Table):
+            _orphan_files(rows, path)
+        else:
+            rows.write.mode("append").partitionBy("cluster", "partition").parquet(path)
         faults.point("bronze.after_write_before_commit")
 
 

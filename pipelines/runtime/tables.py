@@ -58,18 +58,27 @@ class TableSpec:
     def struct(self) -> StructType:
         return StructType.fromDDL(", ".join(f"`{c.name}` {c.type}" for c in self.columns))
 
+    def declared(self) -> StructType:
+        """:meth:`struct` with the NOT NULLs and column comments (Spark's parser, as CREATE TABLE)."""
+        return StructType.fromDDL(self.ddl_columns())
+
     def arrow(self) -> pa.Schema:
         """The columns as an Arrow schema (every field nullable: a writer casts to the table's own)."""
         return pa.schema([pa.field(c.name, arrow_type(c.type)) for c in self.columns])
 
 
-# what a property is when a table's log does not set it
+# properties every table declares, with the value a table's log means when it does not set them
 _DEFAULTS = {"delta.appendOnly": "false"}
 
 
 def _properties(spec: TableSpec) -> dict[str, str]:
     """The table properties a table of ``spec`` must have."""
-    return {"delta.appendOnly": "false", **spec.properties}
+    return {**_DEFAULTS, **spec.properties}
+
+
+def _missing_properties(spec: TableSpec, have: dict[str, str]) -> dict[str, str]:
+    """The properties of ``spec`` a table whose log sets ``have`` lacks or sets otherwise."""
+    return {k: v for k, v in _properties(spec).items() if have.get(k, _DEFAULTS.get(k)) != v}
 
 
 def _same_location(a: str, b: str) -> bool:
@@ -163,7 +172,6 @@ class Tables:
         """:meth:`ensure` by delta-rs: True when the table is there as declared; False when Spark
         must create or upgrade it (delta-rs cannot read or create it, or a newer declaration adds
         columns or properties)."""
-        props = _properties(spec)
         try:
             have = lake.layout(path)
         except Exception as exc:
@@ -173,13 +181,9 @@ class Tables:
             lake.clear_failed_create(self.spark, path)  # a run killed mid-create left its temporary log file
             if files.exists(path):
                 return False  # something else is there: Spark refuses to create over it, and says so
-            return lake.create(path, self._schema(spec), spec.partitioned_by, spec.comment, props)
-        missing = {k: v for k, v in props.items() if have.properties.get(k, _DEFAULTS.get(k)) != v}
+            return lake.create(path, spec.declared(), spec.partitioned_by, spec.comment, _properties(spec))
+        missing = _missing_properties(spec, have.properties)
         return not missing and all(c.name in have.columns for c in spec.columns)
-
-    def _schema(self, spec: TableSpec) -> StructType:
-        """The declared columns with their NOT NULLs and comments (Spark's parser, as CREATE TABLE)."""
-        return StructType.fromDDL(spec.ddl_columns())
 
     def register(self, layer: str, table: str) -> str:
         """Register the table by name in this session's catalog, creating it (by Spark) when it is
@@ -196,13 +200,11 @@ class Tables:
             # this root (the catalog is in-memory and the table external, so no data is dropped)
             self.spark.sql(f"DROP TABLE {name}")
         path = self.path(layer, table)
-        props = _properties(spec)
         if lake.exists(self.spark, path):
             # Delta keeps schema and properties in its log: register as is, then add properties a
             # newer declaration asks for (an existing lakehouse picks them up on its next run)
             self.spark.sql(f"CREATE TABLE IF NOT EXISTS {name} USING DELTA LOCATION {sql_str(path)}")
-            have = lake.properties(self.spark, path)
-            missing = {k: v for k, v in props.items() if have.get(k, _DEFAULTS.get(k)) != v}
+            missing = _missing_properties(spec, lake.properties(self.spark, path))
             if missing:
                 sets = ", ".join(f"{sql_str(k)} = {sql_str(v)}" for k, v in missing.items())
                 self.spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ({sets})")
@@ -210,7 +212,7 @@ class Tables:
             return name
         lake.clear_failed_create(self.spark, path)  # a run killed mid-create left its temporary log file
         parts = f" PARTITIONED BY ({', '.join(spec.partitioned_by)})" if spec.partitioned_by else ""
-        tblprops = ", ".join(f"{sql_str(k)} = {sql_str(v)}" for k, v in props.items())
+        tblprops = ", ".join(f"{sql_str(k)} = {sql_str(v)}" for k, v in _properties(spec).items())
         self.spark.sql(
             f"CREATE TABLE IF NOT EXISTS {name} ({spec.ddl_columns()}) USING DELTA{parts} "
             f"LOCATION {sql_str(path)} COMMENT {sql_str(spec.comment)} TBLPROPERTIES ({tblprops})"

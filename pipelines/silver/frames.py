@@ -22,7 +22,7 @@ from pipelines.runtime import lake
 from pipelines.silver.contract import KEY, MEMBER_TABLE, RECORD_TABLES
 from pipelines.silver.decode import INPUT_COLUMNS, DecodePlan
 from pipelines.silver.inventory import combine_census
-from pipelines.silver.split import BLOB_DDL, INVENTORY, RESOLVABLE, TOPIC_IDS, decode_blobs
+from pipelines.silver.split import BLOB_DDL, BLOB_SCHEMA, INVENTORY, RESOLVABLE, TOPIC_IDS, decode_blobs
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -116,8 +116,7 @@ def decode_arrow(spark: SparkSession, rows: pa.Table, plan: DecodePlan) -> Decod
     from its Arrow rows only when a Spark write needs one."""
     present = [c for c in INPUT_COLUMNS if c in rows.column_names]
     batches = rows.select(present).to_batches(max_chunksize=DECODE_BATCH_ROWS)
-    schema = pa.schema([("table", pa.string()), ("rows", pa.int64()), (ipc_blobs.DATA, pa.binary())])
-    local = pa.Table.from_batches(list(decode_blobs(batches, plan)), schema)
+    local = pa.Table.from_batches(list(decode_blobs(batches, plan)), BLOB_SCHEMA)
     listing = list(zip(local["table"].to_pylist(), local["rows"].to_pylist(), strict=True))
     small = local.filter(pc.is_in(local["table"], pa.array([INVENTORY, TOPIC_IDS])))
     pairs = list(zip(small["table"].to_pylist(), small[ipc_blobs.DATA].to_pylist(), strict=True))

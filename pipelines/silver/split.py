@@ -32,6 +32,7 @@ from pipelines.silver.decode import ENVELOPE_COLUMNS, MEMBERS, DecodePlan, decod
 
 __all__ = [
     "BLOB_DDL",
+    "BLOB_SCHEMA",
     "INVENTORY",
     "RESOLVABLE",
     "TOPIC_IDS",
@@ -42,6 +43,7 @@ __all__ = [
 ]
 
 BLOB_DDL = "table string, rows bigint, data binary"
+BLOB_SCHEMA = pa.schema([("table", pa.string()), ("rows", pa.int64()), ("data", pa.binary())])  # BLOB_DDL in Arrow
 INVENTORY = "_inventory"
 TOPIC_IDS = "_topic_ids"
 RESOLVABLE = "_resolvable"
@@ -223,7 +225,6 @@ def resolvable(parts: dict[str, list[pa.Table]]) -> int:
 def decode_blobs(batches: Iterable[pa.RecordBatch], plan: DecodePlan) -> Iterator[pa.RecordBatch]:
     """The ``mapInArrow`` body: per bronze batch, one blob row per table that received rows, and the
     batch's census, topic ids and resolvable count (see the module docstring)."""
-    schema = pa.schema([("table", pa.string()), ("rows", pa.int64()), ("data", pa.binary())])
     for batch in batches:
         if not batch.num_rows:
             continue
@@ -264,5 +265,5 @@ def decode_blobs(batches: Iterable[pa.RecordBatch], plan: DecodePlan) -> Iterato
             rows.append(n)
             data.append(b"")
         yield pa.RecordBatch.from_arrays(
-            [pa.array(names, pa.string()), pa.array(rows, pa.int64()), pa.array(data, pa.binary())], schema=schema
+            [pa.array(names, pa.string()), pa.array(rows, pa.int64()), pa.array(data, pa.binary())], schema=BLOB_SCHEMA
         )
