@@ -40,7 +40,7 @@ from pipelines.codec.columnar_versions import Merged, VersionedLayout, single
 from pipelines.codec.errors import DecodeError
 from pipelines.codec.records import ASSIGNMENT, RECORDS, SUBSCRIPTION, RecordDecoding, decode_key, decode_record
 from pipelines.codec.schema import ARRAY, ColumnarField, ColumnarLayout, columnar_layout
-from pipelines.codec.vectors import ByteBuffer, spans_to_binary
+from pipelines.codec.vectors import ByteBuffer, shortest, spans_to_binary
 
 _ARROW_TYPES = {
     "int8": pa.int8(),
@@ -189,7 +189,7 @@ class _Cursor:
     def uvarint(self, max_bytes: int = 5) -> np.ndarray:
         """Unsigned varints (compact lengths, tags), as ``primitives.read_uvarint``."""
         value, size, ok = self.source.bytes.uvarint(self.pos, self.end, max_bytes)
-        self.ok &= ok
+        self.ok &= ok & shortest(value, size)
         self.pos = self.pos + size
         return value.astype(np.int64)
 
@@ -597,6 +597,7 @@ class _FixedArrayTag:
         mine = tag == self.f.tag
         at = np.flatnonzero(mine)
         raw, used, ok = self.source.bytes.uvarint(pos[at], pos[at] + size[at], 5)
+        ok &= shortest(raw, used)
         null = raw == 0
         n = raw.astype(np.int64) - 1
         width = np.dtype(self.dtype).itemsize
@@ -632,12 +633,15 @@ def _read_tagged_section(cur: _Cursor, tagged: tuple[ColumnarField, ...]) -> dic
     count = cur.uvarint()
     cur.ok &= count <= len(tagged)
     readers = [(_FixedArrayTag if f.type == ARRAY else _FixedTag)(f, cur.source, len(count)) for f in tagged]
+    prev = np.full(len(count), -1, np.int64)  # tags ascend (the per-record decoder's rule)
     for i in range(len(tagged)):
         rows = np.flatnonzero(cur.ok & (count > i))
         if not rows.size:
             break
         sub = _Cursor(cur.source, cur.pos[rows], cur.end[rows])
         tag = sub.uvarint()
+        sub.ok &= tag > prev[rows]
+        prev[rows] = tag
         size = sub.uvarint()
         known = np.zeros(len(rows), bool)
         for reader in readers:

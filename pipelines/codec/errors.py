@@ -15,10 +15,11 @@ class Reason(str, Enum):
     UNKNOWN_TYPE = "unknown_type"  # key type id not in schemas/records
     UNKNOWN_VERSION = "unknown_version"  # value version outside the declared validVersions
     TRUNCATED = "truncated"  # bytes ended inside a field
-    BAD_VARINT = "bad_varint"  # unsigned varint longer than its maximum width
+    BAD_VARINT = "bad_varint"  # varint longer than its maximum width, or a value's not in its shortest form
     TRAILING_BYTES = "trailing_bytes"  # no declared layout consumes the bytes exactly
     BAD_UTF8 = "bad_utf8"  # string bytes are not valid UTF-8
     BAD_LENGTH = "bad_length"  # negative length, or null where the field is not nullable
+    BAD_TAGS = "bad_tags"  # tagged fields not in ascending tag order (Kafka writes no other)
     BAD_MARKER = "bad_marker"  # nullable-struct presence marker that is neither -1 nor 1
     NULL_KEY = "null_key"  # data record without a key
     BAD_CONTROL_RECORD = "bad_control_record"  # control record key/value of the wrong shape

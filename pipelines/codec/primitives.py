@@ -50,7 +50,18 @@ def read_uuid(buf: bytes, pos: int, end: int) -> tuple[str, int]:
 
 # -- varints --------------------------------------------------------------------------
 def read_uvarint(buf: bytes, pos: int, end: int, max_bytes: int = 5) -> tuple[int, int]:
-    """Unsigned little-endian base-128 varint (compact lengths, tags)."""
+    """Unsigned little-endian base-128 varint of a record value (compact lengths, tags), in its
+    shortest form: Kafka writes no other, and a longer one (``0x80 0x00`` for 0) would let an old
+    layout's bytes read as the current layout without being its encoding."""
+    value, stop = _uvarint(buf, pos, end, max_bytes)
+    if stop - pos > 1 and buf[stop - 1] == 0:
+        raise DecodeError(Reason.BAD_VARINT, pos, "varint not in its shortest form")
+    return value, stop
+
+
+def _uvarint(buf: bytes, pos: int, end: int, max_bytes: int) -> tuple[int, int]:
+    """Unsigned little-endian base-128 varint in any form (the record fields of v2 batches, which
+    Kafka's own reader takes as they are)."""
     result = 0
     shift = 0
     start = pos
@@ -69,7 +80,7 @@ def read_uvarint(buf: bytes, pos: int, end: int, max_bytes: int = 5) -> tuple[in
 
 def read_varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
     """Zig-zag signed 32-bit varint (record fields inside v2 batches)."""
-    u, pos = read_uvarint(buf, pos, end, 5)
+    u, pos = _uvarint(buf, pos, end, 5)
     if u > 0xFFFFFFFF:
         raise DecodeError(Reason.BAD_VARINT, pos, "varint exceeds 32 bits")
     return (u >> 1) ^ -(u & 1), pos
@@ -77,7 +88,7 @@ def read_varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
 
 def read_varlong(buf: bytes, pos: int, end: int) -> tuple[int, int]:
     """Zig-zag signed 64-bit varint (timestamp deltas)."""
-    u, pos = read_uvarint(buf, pos, end, 10)
+    u, pos = _uvarint(buf, pos, end, 10)
     if u > 0xFFFFFFFFFFFFFFFF:
         raise DecodeError(Reason.BAD_VARINT, pos, "varlong exceeds 64 bits")
     return (u >> 1) ^ -(u & 1), pos

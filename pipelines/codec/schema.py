@@ -336,8 +336,15 @@ class _Compiler:
             body.append("    pos += 1")
             body.append("else:")
             body.append("    ntag, pos = P.read_uvarint(buf, pos, end)")
+            body.append("    prev = -1")
             body.append("    for _ in range(ntag):")
+            body.append("        at = pos")
             body.append("        tag, pos = P.read_uvarint(buf, pos, end)")
+            # Kafka writes tags in ascending order and refuses to write others (RawTaggedFieldWriter):
+            # taking them in any order would let an old layout's bytes read as the current layout
+            body.append("        if tag <= prev:")
+            body.append("            raise DecodeError(Reason.BAD_TAGS, at, f'tag {tag} after tag {prev}')")
+            body.append("        prev = tag")
             body.append("        size, pos = P.read_uvarint(buf, pos, end)")
             body.append("        stop = pos + size")
             body.append("        if stop > end:")

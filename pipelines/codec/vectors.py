@@ -80,6 +80,13 @@ class ByteBuffer:
         return value, size, ok
 
 
+def shortest(value: np.ndarray, size: np.ndarray) -> np.ndarray:
+    """Where varints of ``size`` bytes are in their shortest form (``primitives.read_uvarint``'s
+    rule for record values): one byte, or a value that needs every byte."""
+    floor = np.left_shift(np.uint64(1), (7 * (np.maximum(size, 1) - 1)).astype(np.uint64))
+    return (size <= 1) | (value >= floor)
+
+
 def zigzag(value: np.ndarray) -> np.ndarray:
     """Zig-zag decoded signed values of uint64 varints (record fields of v2 batches)."""
     return ((value >> np.uint64(1)) ^ (np.uint64(0) - (value & np.uint64(1)))).view(np.int64)

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from pipelines.codec import primitives as P
 from pipelines.codec.columnar import ColumnarResult, decode_columns, decode_fallback, uuid_strings
 from pipelines.codec.columnar_versions import Merged
+from pipelines.codec.errors import Reason
 from pipelines.codec.reader import Batch, iter_log
 from pipelines.codec.records import (
     ASSIGNMENT,
@@ -521,3 +522,42 @@ def test_a_small_version_beside_a_large_one_of_its_pass() -> None:
     both = check_against_reference([key] * (len(v0) + len(v3)), v0 + v3, small_groups_per_record=True)
     assert not both.fallback.any()
     assert {(g.record_type, g.value_version, len(g.rows)) for g in both.groups} == {(2, 0, 150), (2, 3, 2000)}
+
+
+def test_only_kafkas_own_encodings_read_as_the_current_layout() -> None:
+    """Kafka writes a value's varints in their shortest form and its tags in ascending order (its
+    writer refuses any other). Both decoders refuse others, with the same reason: taking them let
+    an old layout's bytes read as the current layout without being its encoding."""
+    key = encode_key(1, {"group": "g", "topic": "t", "partition": 3})
+    head = bytes.fromhex("0004000000000000000100000002")  # v4, offset 1, leader epoch 2
+    tail = bytes.fromhex("0000000000000003")  # commit timestamp 3
+    cases = {
+        "shortest": (head + b"\x02m" + tail + b"\x00", None),
+        "length 0x82 0x00": (head + b"\x82\x00m" + tail + b"\x00", Reason.BAD_VARINT),
+        "tag count 0x80 0x00": (head + b"\x02m" + tail + b"\x80\x00", Reason.BAD_VARINT),
+        "tags ascending": (head + b"\x02m" + tail + b"\x02\x03\x01y\x05\x01x", None),
+        "tags descending": (head + b"\x02m" + tail + b"\x02\x05\x01x\x03\x01y", Reason.BAD_TAGS),
+        "a tag repeated": (head + b"\x02m" + tail + b"\x02\x05\x01x\x05\x01y", Reason.BAD_TAGS),
+    }
+    values = [v for v, _ in cases.values()]
+    got = [decode_record(key, v) for v in values]
+    assert {name: r.reason for name, r in zip(cases, got, strict=True)} == {n: why for n, (_, why) in cases.items()}
+    assert got[0].value["metadata"] == "m" and got[3].value[UNKNOWN_TAGS] == [(3, b"y"), (5, b"x")]
+    check_against_reference([key] * len(values), values)  # the columnar decoder: the same, row for row
+
+    # Hypothesis's find: a kafka-3.7 ConsumerGroupPartitionMetadata value whose epoch's bytes read,
+    # in the current layout, as an empty array, 19 tags, tag 128 (0x80 0x01) and repeated tag 0
+    old = {
+        "epoch": 18055169,
+        "topics": [
+            {
+                "topic_id": P.ZERO_UUID,
+                "topic_name": "",
+                "num_partitions": 0,
+                "partition_metadata": [{"partition": 0, "racks": []}] * 3,
+            }
+        ],
+    }
+    encoded = encode_value(4, 0, old, "kafka-3.7")
+    ref = decode_record(encode_key(4, {"group_id": "g"}), encoded)
+    assert (ref.reason, ref.layout, ref.value) == (None, "kafka-3.7", old)
