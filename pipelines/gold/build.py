@@ -88,6 +88,7 @@ class GoldResult:
     derived_rows: dict[str, int] = field(default_factory=dict)  # rows written per table
     purged: int = 0  # soft-deleted current_offsets rows past their retention, removed
     plan_source: str = ""  # change data feed, or a scan of silver (first run, feed unavailable)
+    replayed_on: str = ""  # "driver" (a small run) or "spark"
     bucketed: dict[str, int] = field(default_factory=dict)  # "cluster/partition" -> buckets, large partitions
     lag: dict[str, Any] = field(default_factory=dict)  # pipelines/gold/lag.py's report
     steps: Steps = field(default_factory=lambda: Steps("gold"))  # wall time per step
@@ -104,6 +105,12 @@ OUTPUT_DDL = (
     "data binary"
 )
 PROGRESS_TABLE = "progress"
+# a run whose files hold at most this many rows (silver's to replay and gold's persisted state,
+# each file once) is replayed on the driver, by the tasks' own body: a Spark job's fixed cost
+# and checkpoint are most of a small run's replay
+LOCAL_REPLAY_ROWS = 250_000
+# the replay's output: a checkpointed DataFrame (Spark's tasks), or an Arrow table (the driver)
+Output = DataFrame | pa.Table
 ALL, CLOSED, OPEN = "all", "closed", "open"
 TASK_DDL = "cluster string, offsets_partition int, bucket int, buckets int, applied bigint, files string"
 
@@ -127,8 +134,9 @@ class ReplayTask:
         return (*self.pair, self.bucket, self.buckets, self.applied, files)
 
 
-def _tasks(spark: SparkSession, tables: Tables, plan: Plan) -> list[ReplayTask]:
-    """The files each planned partition's replay reads, from the Delta logs (one Spark job)."""
+def _tasks(spark: SparkSession, tables: Tables, plan: Plan) -> tuple[list[ReplayTask], int]:
+    """The files each planned partition's replay reads, from the Delta logs, and the rows those
+    files hold (each file counted once, as a replay on the driver reads it)."""
     paths = {("silver", t): tables.path("silver", t) for t in SOURCE_TABLES}
     if plan.incremental:
         paths |= {("gold", t): tables.path("gold", t) for t in GOLD_TABLES}
@@ -150,6 +158,8 @@ def _tasks(spark: SparkSession, tables: Tables, plan: Plan) -> list[ReplayTask]:
                 if cluster == str(f.partition[0]) and (low is None or low <= int(part) <= high):
                     by_pair.setdefault((name, cluster, part), []).append(f)
     out = []
+    rows_of = {f.uri: f.rows or 0 for files in found.values() for f in files}
+    read: set[str] = set()
     for pair in plan.pairs:
         applied = plan.incremental_from.get(pair)
         after = -1 if applied is None else applied
@@ -173,7 +183,8 @@ def _tasks(spark: SparkSession, tables: Tables, plan: Plan) -> list[ReplayTask]:
         # which its persisted state follows
         buckets = buckets_for(size + (plan.events_before.get(pair, 0) if applied is not None else 0))
         out += [ReplayTask(pair, applied, silver, gold, weight // buckets, i, buckets) for i in range(buckets)]
-    return out
+        read.update(uri for uris in (*silver.values(), *gold.values()) for uri in uris)
+    return out, sum(rows_of[uri] for uri in read)
 
 
 def _span(f: lake.DataFile) -> int:
@@ -194,6 +205,15 @@ def _task_frame(spark: SparkSession, tasks: list[ReplayTask]) -> DataFrame:
         loads[i] += task.weight + 1
     rdd = spark.sparkContext.parallelize(list(enumerate(bins)), n).flatMap(lambda kv: kv[1])
     return spark.createDataFrame(rdd, TASK_DDL)
+
+
+def _replay_on_driver(replay: Callable, tasks: list[ReplayTask]) -> pa.Table:
+    """The replay's output computed in this process, as one task that takes every partition: the
+    same body Spark's tasks run (:func:`_replay_function`), without a Spark job, and each gold
+    file read once for all partitions."""
+    names = [part.split()[0] for part in TASK_DDL.split(", ")]
+    batch = pa.RecordBatch.from_pylist([dict(zip(names, t.row(), strict=True)) for t in tasks])
+    return pa.Table.from_batches(list(replay(iter([batch]))))
 
 
 def _replay_function(
@@ -373,12 +393,23 @@ def _with_partition(rows: pa.Table, cluster: str, part: int, table: str, schema:
     return pa.Table.from_arrays(cols, schema=schema)
 
 
-def _progress_of(out: DataFrame) -> dict[tuple[str, int], dict[str, Any]]:
+def _rows(out: Output, columns: list[str], table: str | None = None) -> list[dict[str, Any]]:
+    """``columns`` of the replay's output rows (those of ``table`` when given), on the driver."""
+    if isinstance(out, pa.Table):
+        if table is not None:
+            out = out.filter(pc.equal(out.column("table"), table))
+        return out.select(columns).to_pylist()
+    if table is not None:
+        out = out.where(F.col("table") == table)
+    return [r.asDict() for r in out.select(*columns).collect()]
+
+
+def _progress_of(out: Output) -> dict[tuple[str, int], dict[str, Any]]:
     """Per processed partition: applied offset, events, log time, soft deletes purged. Each bucket
     of a partition reports the partition's applied offset, events and log time, and the soft
     deletes it purged itself."""
     done: dict[tuple[str, int], dict[str, Any]] = {}
-    for r in out.where(F.col("table") == PROGRESS_TABLE).select(*PART, "data").collect():
+    for r in _rows(out, [*PART, "data"], PROGRESS_TABLE):
         [row] = pa.ipc.open_stream(r["data"]).read_all().to_pylist()
         pair = (r["cluster"], r["offsets_partition"])
         if pair in done:
@@ -443,7 +474,7 @@ def table_writes(
 def _write(
     spark: SparkSession,
     tables: Tables,
-    out: DataFrame,
+    out: Output,
     writes: dict[str, TableWrite],
     sizes: dict[tuple[str, str, Pair], int],
     schemas: dict[str, pa.Schema],
@@ -451,33 +482,37 @@ def _write(
     """Run the commits, one per table in ``writes``: the first alone (a fault point follows it),
     then the rest in parallel. ``sizes``: rows per (table, part, partition) of ``out``."""
     named = [t for t in writes if t in NAMED]
-    names = topic_names(spark, tables).persist() if named else None
+    names = topic_names(spark, tables).persist() if named and not isinstance(out, pa.Table) else None
     name_map = topic_name_map(spark, tables) if named else {}
 
     def write(table: str) -> None:
         w = writes[table]
-        pick = [
-            (F.col("part") == part) & F.expr(partitions_predicate(pairs)) for part, pairs in w.parts.items() if pairs
-        ]
-        cond = F.lit(False)
-        for c in pick:
-            cond = cond | c
-        # every bucket's rows of a changed partition (``w.parts`` lists only changed partitions)
-        picked = out.where((F.col("table") == table) & cond)
         count = sum(sizes.get((table, part, pair), 0) for part, pairs in w.parts.items() for pair in pairs)
         path = tables.path("gold", table)
         fill = None
         if table in NAMED:
             fill = functools.partial(fill_topic_names_arrow, arrays=list(NAMED[table]), names=name_map)
-        if count <= lake.LOCAL_WRITE_ROWS and _write_locally(path, schemas[table], picked, w, fill):
-            return
-        rows = blobs.frame(picked, tables.spec("gold", table).ddl_columns(), count)
-        if table in NAMED and names is not None:
-            rows = fill_topic_names(rows, list(NAMED[table]), names)
-        if w.where is None:
-            lake.append(rows, tables.path("gold", table))
+        if isinstance(out, pa.Table):
+            picked_rows = _rows(_picked_arrow(out, table, w), [*PART, "part", blobs.DATA])
+            if count <= lake.LOCAL_WRITE_ROWS and _write_locally(path, schemas[table], picked_rows, w, fill):
+                return
+            # too many rows for one delta-rs commit, or a table it cannot write: Spark writes them
+            unpacked = [pa.ipc.open_stream(r[blobs.DATA]).read_all() for r in picked_rows]
+            arrow = pa.concat_tables(unpacked) if unpacked else schemas[table].empty_table()
+            rows = spark.createDataFrame(fill(arrow) if fill is not None else arrow)
         else:
-            lake.replace_where(rows, tables.path("gold", table), w.where)
+            picked = out.where((F.col("table") == table) & _picked(w))
+            if count <= lake.LOCAL_WRITE_ROWS:
+                local_rows = _rows(picked, [*PART, "part", blobs.DATA])
+                if _write_locally(path, schemas[table], local_rows, w, fill):
+                    return
+            rows = blobs.frame(picked, tables.spec("gold", table).ddl_columns(), count)
+            if table in NAMED and names is not None:
+                rows = fill_topic_names(rows, list(NAMED[table]), names)
+        if w.where is None:
+            lake.append(rows, path)
+        else:
+            lake.replace_where(rows, path, w.where)
 
     try:
         # an interval table's commit adds closed intervals outside the open ones it replaces
@@ -488,18 +523,41 @@ def _write(
             names.unpersist()
 
 
+def _picked(w: TableWrite):
+    """The Spark condition on the replay's output rows a table's commit writes: every bucket's
+    rows of a changed partition (``w.parts`` lists only changed partitions)."""
+    cond = F.lit(False)
+    for part, pairs in w.parts.items():
+        if pairs:
+            cond = cond | ((F.col("part") == part) & F.expr(partitions_predicate(pairs)))
+    return cond
+
+
+def _picked_arrow(out: pa.Table, table: str, w: TableWrite) -> pa.Table:
+    """:func:`_picked` on the replay's output held on the driver."""
+    keys = {(part, c, p) for part, pairs in w.parts.items() for c, p in pairs}
+    mine = out.filter(pc.equal(out.column("table"), table))
+    rows = zip(mine.column("part").to_pylist(), mine.column("cluster").to_pylist(),
+               mine.column("offsets_partition").to_pylist(), strict=True)  # fmt: skip
+    return mine.filter(pa.array([key in keys for key in rows], pa.bool_()))
+
+
 def _write_locally(
-    path: str, schema: pa.Schema, picked: DataFrame, w: TableWrite, fill: Callable[[pa.Table], pa.Table] | None
+    path: str,
+    schema: pa.Schema,
+    picked: list[dict[str, Any]],
+    w: TableWrite,
+    fill: Callable[[pa.Table], pa.Table] | None,
 ) -> bool:
-    """A table's commit written from the driver (:func:`lake.write_arrow`): its few rows collected
-    from the checkpoint. delta-rs refuses rows outside the predicate it replaces, so the rows
-    beyond it (``w.beyond``) follow in a second commit, an append; a run killed between the two
-    left its partitions in flight, and the next run recomputes them. False when delta-rs cannot
-    write the table (nothing written)."""
+    """A table's commit written from the driver (:func:`lake.write_arrow`): its few rows, the
+    replay's output rows ``picked`` unpacked. delta-rs refuses rows outside the predicate it
+    replaces, so the rows beyond it (``w.beyond``) follow in a second commit, an append; a run
+    killed between the two left its partitions in flight, and the next run recomputes them.
+    False when delta-rs cannot write the table (nothing written)."""
     inside: list[pa.Table] = []
     beyond: list[pa.Table] = []
     extra = {(part, pair) for part, pairs in w.beyond.items() for pair in pairs}
-    for r in picked.select(*PART, "part", blobs.DATA).collect():
+    for r in picked:
         rows = pa.ipc.open_stream(r[blobs.DATA]).read_all()
         rows = fill(rows) if fill is not None else rows
         (beyond if (r["part"], (r["cluster"], r["offsets_partition"])) in extra else inside).append(rows)
@@ -589,7 +647,7 @@ def _replay(
     sources = read_schemas(tables.specs["silver"])
     soft_ms = None if soft_delete_retention_days is None else int(soft_delete_retention_days * 86_400_000)
     with result.steps("list files"):
-        tasks = _tasks(spark, tables, plan)
+        tasks, read_rows = _tasks(spark, tables, plan)
     result.bucketed = {f"{t.pair[0]}/{t.pair[1]}": t.buckets for t in tasks if t.buckets > 1 and t.bucket == 0}
     if result.bucketed:
         spread = ", ".join(f"{k} in {n}" for k, n in result.bucketed.items())
@@ -597,15 +655,20 @@ def _replay(
     # silver tables partitioned by cluster alone: each file holds rows of many offsets partitions
     shared = frozenset(t for t in SOURCE_TABLES if "offsets_partition" not in tables.spec("silver", t).partitioned_by)
     replay = _replay_function(run_id, retention_ms, soft_ms, sources, state, schemas, shared)
-    replayed = _task_frame(spark, tasks).mapInArrow(replay, OUTPUT_DDL)
+    out: Output
     with result.steps("read events and replay"):
-        # a checkpoint, not a cache: the replay read the gold tables it is about to write, and
-        # Spark re-computes cached plans over a table written to (each write would replay again,
-        # on the tables as the earlier writes left them)
-        out = replayed.localCheckpoint(eager=True)
+        if read_rows <= LOCAL_REPLAY_ROWS:  # a small run: no Spark job for a few rows
+            result.replayed_on = "driver"
+            out = _replay_on_driver(replay, tasks)
+        else:
+            result.replayed_on = "spark"
+            # a checkpoint, not a cache: the replay read the gold tables it is about to write, and
+            # Spark re-computes cached plans over a table written to (each write would replay
+            # again, on the tables as the earlier writes left them)
+            out = _task_frame(spark, tasks).mapInArrow(replay, OUTPUT_DDL).localCheckpoint(eager=True)
     try:
         with result.steps("count"):
-            listing = out.select(*PART, "table", "part", "rows", "changed").collect()
+            listing = _rows(out, [*PART, "table", "part", "rows", "changed"])
             rows = {t: sum(r["rows"] for r in listing if r["table"] == t) for t in GOLD_TABLES}
             # per (table, part, partition), over its buckets: rows, and whether any bucket changed it
             # (then every bucket's rows are written: they replace the partition's rows together)
@@ -640,5 +703,6 @@ def _replay(
         with result.steps("progress"):
             progress_rows(spark, tables, plan, done, run_id)
     finally:
-        out.unpersist()
+        if not isinstance(out, pa.Table):
+            out.unpersist()
     return result

@@ -1,8 +1,9 @@
-"""A small run is read, decoded and written on the driver (bronze ``LOCAL_READ_BYTES``, silver
-``LOCAL_DECODE_ROWS``), a large one in Spark's tasks: the same log, taken both ways (a first run
+"""A small run is read, decoded, replayed and written on the driver (bronze ``LOCAL_READ_BYTES``,
+silver ``LOCAL_DECODE_ROWS``, gold ``LOCAL_REPLAY_ROWS``, delta-rs commits up to
+``lake.LOCAL_WRITE_ROWS``), a large one in Spark's tasks: the same log, taken each way (a first run
 over one offsets partition, then an increment with the rest: silver's snapshot and its change data
-feed), gives the same bronze and silver tables, row for row. Most tests' logs are small, so this is
-where the Spark paths of bronze's read and silver's decode are proven on every CI run."""
+feed, gold's first replay and its resumption), gives the same bronze, silver and gold tables, row
+for row. Most tests' logs are small, so this is where the Spark paths are proven on every CI run."""
 
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ import pytest
 from pipelines.bronze import ingest as bronze_ingest
 from pipelines.bronze.ingest import ingest_segments
 from pipelines.generate import generate
+from pipelines.gold import build as gold_build
+from pipelines.gold.build import GOLD_TABLES, run_gold
+from pipelines.runtime import lake
 from pipelines.runtime.config import SegmentsSource
 from pipelines.runtime.tables import Tables
 from pipelines.silver import ingest as silver_ingest
@@ -25,11 +29,11 @@ pytestmark = pytest.mark.spark
 RUN_COLUMNS = {"run_id", "ingested_at", "committed_at"}
 
 
-def build(spark, root: Path, logs: Path) -> tuple[Tables, list[str], list[int]]:
-    """Bronze and silver over partition 0, then over the whole log; the silver modes and the
-    Spark jobs each step ran."""
+def build(spark, root: Path, logs: Path) -> tuple[Tables, list[str], list[int], list[str]]:
+    """Bronze, silver and gold over partition 0, then over the whole log; the silver modes, the
+    Spark jobs bronze and silver ran in each step, and where gold replayed."""
     tables = Tables(spark, str(root))
-    modes, jobs = [], []
+    modes, jobs, replays = [], [], []
     tracker = spark.sparkContext.statusTracker()
     for step, paths in enumerate(([logs / "__consumer_offsets-0"], [logs])):
         spark.sparkContext.setJobGroup(f"small-runs-{root.name}-{step}", "test_small_runs")
@@ -37,7 +41,8 @@ def build(spark, root: Path, logs: Path) -> tuple[Tables, list[str], list[int]]:
         ingest_segments(spark, tables, "s", src, f"b{step}", "/")
         modes.append(run_silver(spark, tables, f"s{step}").mode)
         jobs.append(len(tracker.getJobIdsForGroup(f"small-runs-{root.name}-{step}")))
-    return tables, modes, jobs
+        replays.append(run_gold(spark, tables, f"g{step}").replayed_on)
+    return tables, modes, jobs, replays
 
 
 def rows(spark, tables: Tables, layer: str, table: str) -> list[str]:
@@ -49,12 +54,17 @@ def rows(spark, tables: Tables, layer: str, table: str) -> list[str]:
 def test_the_driver_and_spark_paths_write_the_same_tables(spark, tmp_path, monkeypatch) -> None:
     generated = generate(tmp_path / "logs", 4000, seed=17, partitions=3, segment_bytes=16 * 1024)
     logs = generated.out
-    local, local_modes, local_jobs = build(spark, tmp_path / "driver", logs)
+    local, local_modes, local_jobs, local_replays = build(spark, tmp_path / "driver", logs)
+    # gold replayed on the driver, its commits written by Spark (rows beyond one delta-rs commit)
+    monkeypatch.setattr(lake, "LOCAL_WRITE_ROWS", -1)
+    mixed, _, _, mixed_replays = build(spark, tmp_path / "mixed", logs)
     monkeypatch.setattr(bronze_ingest, "LOCAL_READ_BYTES", -1)  # every read in Spark's tasks
     monkeypatch.setattr(silver_ingest, "LOCAL_DECODE_ROWS", -1)  # every decode in Spark's tasks
-    tasks, task_modes, task_jobs = build(spark, tmp_path / "tasks", logs)
+    monkeypatch.setattr(gold_build, "LOCAL_REPLAY_ROWS", -1)  # every replay in Spark's tasks
+    tasks, task_modes, task_jobs, task_replays = build(spark, tmp_path / "tasks", logs)
 
     assert local_modes == task_modes == ["snapshot", "incremental"]
+    assert local_replays == mixed_replays == ["driver", "driver"] and task_replays == ["spark", "spark"]
     # the driver path ran no Spark job in bronze and silver; the task path did
     assert local_jobs == [0, 0] and min(task_jobs) > 0, (local_jobs, task_jobs)
     bronze = rows(spark, local, "bronze", "offsets_records")
@@ -69,3 +79,9 @@ def test_the_driver_and_spark_paths_write_the_same_tables(spark, tmp_path, monke
         assert got == rows(spark, tasks, "silver", table), table
         compared += bool(got)
     assert compared >= 6, compared  # commits, group metadata and members, tombstones, markers, ...
+    compared = 0
+    for table in GOLD_TABLES:
+        got = rows(spark, local, "gold", table)
+        assert got == rows(spark, mixed, "gold", table) == rows(spark, tasks, "gold", table), table
+        compared += bool(got)
+    assert compared >= 4, compared  # offsets, groups, members, history, generations, ...
