@@ -12,6 +12,10 @@ data sources of one DataFrame asset per suite each:
 Both engines give the same counts on the same rows (tests/spark/test_quality_rules.py runs every
 rule on both). Validation results stay in the context's in-memory store for the Data Docs of the
 current run (cleared when the run changes).
+
+The stage computes several suites' frames at once (their Spark jobs are small and mostly wait);
+the GX context is not made for threads, so whatever touches it holds the engine's lock, and only
+the frames' computation runs in parallel.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -96,6 +101,7 @@ class Engine:
         }
         self.run_id: str | None = None
         self._sites: set[str] = set()
+        self._lock = threading.RLock()  # the context, its stores and GX's objects: one thread at a time
 
     def _start_run(self, run_id: str) -> None:
         if run_id != self.run_id:
@@ -136,31 +142,33 @@ class Engine:
         replaces the first in the store the Data Docs are built from. ``df`` goes to the pandas
         engine when it has at most ``local_max_rows`` rows (0: always Spark). ``docs``: the
         validation stays in the store the run's Data Docs are built from."""
-        self._start_run(run_id)
-        stored = set(self.context.validation_results_store.list_keys())
-        try:
-            return self._validate_either(suite, df, params, run_id, names, local_max_rows)
-        finally:
-            if not docs:
-                store = self.context.validation_results_store
-                for key in set(store.list_keys()) - stored:
-                    store.remove_key(key)
-
-    def _validate_either(
-        self, suite: Suite, df: DataFrame, params: dict[str, Any], run_id: str, names, local_max_rows: int
-    ) -> list[RawResult]:
-        gx_suite = build_suite(suite, params, names)
+        with self._lock:
+            gx_suite = build_suite(suite, params, names)
         if local_max_rows > 0:
-            # one job computes the frame and collects it; a frame found larger goes to Spark
+            # one job computes the frame and collects it (outside the lock: other suites' frames
+            # are computed meanwhile); a frame found larger goes to Spark
             local = local_frame(df.limit(local_max_rows + 1), gx_suite)
             if len(local) <= local_max_rows:
-                return self._validate(suite, gx_suite, "pandas", local, params, run_id)
+                return self._stored(suite, gx_suite, "pandas", local, params, run_id, docs)
         # GX reads the frame once per rule and per retry: computed once, kept for those reads
         df = df.persist()
         try:
-            return self._validate(suite, gx_suite, "spark", df, params, run_id)
+            return self._stored(suite, gx_suite, "spark", df, params, run_id, docs)
         finally:
             df.unpersist()
+
+    def _stored(self, suite: Suite, gx_suite, kind: str, data, params: dict[str, Any], run_id: str, docs: bool):
+        """:meth:`_validate` under the lock; ``docs`` False: its results leave the store again."""
+        with self._lock:
+            self._start_run(run_id)
+            store = self.context.validation_results_store
+            stored = set(store.list_keys())
+            try:
+                return self._validate(suite, gx_suite, kind, data, params, run_id)
+            finally:
+                if not docs:
+                    for key in set(store.list_keys()) - stored:
+                        store.remove_key(key)
 
     def _validate(self, suite: Suite, gx_suite, kind: str, data, params: dict[str, Any], run_id: str):
         definition = self._definition(suite, gx_suite, kind)
@@ -190,18 +198,20 @@ class Engine:
 
     def build_docs(self, directory: Path) -> Path:
         """Data Docs of this run's validation results under ``directory``; returns index.html."""
-        site = f"site-{directory.name}"
-        if site not in self._sites:
-            self.context.add_data_docs_site(
-                site,
-                {
-                    "class_name": "SiteBuilder",
-                    "store_backend": {"class_name": "TupleFilesystemStoreBackend", "base_directory": str(directory)},
-                    "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
-                },
-            )
-            self._sites.add(site)
-        self.context.build_data_docs(site_names=[site])
+        with self._lock:
+            site = f"site-{directory.name}"
+            if site not in self._sites:
+                backend = {"class_name": "TupleFilesystemStoreBackend", "base_directory": str(directory)}
+                self.context.add_data_docs_site(
+                    site,
+                    {
+                        "class_name": "SiteBuilder",
+                        "store_backend": backend,
+                        "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+                    },
+                )
+                self._sites.add(site)
+            self.context.build_data_docs(site_names=[site])
         return directory / "index.html"
 
 
@@ -220,11 +230,13 @@ def local_frame(df: DataFrame, gx_suite):
 
 
 _ENGINE: Engine | None = None
+_CREATING = threading.Lock()
 
 
 def engine() -> Engine:
     """The process's GX engine (created on first use)."""
     global _ENGINE
-    if _ENGINE is None:
-        _ENGINE = Engine()
+    with _CREATING:
+        if _ENGINE is None:
+            _ENGINE = Engine()
     return _ENGINE

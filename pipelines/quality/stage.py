@@ -48,6 +48,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("offsets_lakehouse")
 
+# suites validated at once: a small frame's Spark jobs mostly wait (scheduling, the Delta log), and
+# its GX validation is a small part of a suite's time (measured at 200k records: GX 0.7 s of 10 s)
+SUITES_AT_ONCE = 4
+
 
 @dataclass
 class QualityReport:
@@ -230,20 +234,23 @@ def run_quality(
     found: list[Offenders] = []
     counted: list[tuple[Outcome, DataFrame]] = []
     previous = _earlier_validation(spark, tables, memo.get(key), seen) if seen is not None and not full else None
-    for layer in layers:
-        for suite in suites.layer(layer):
-            started = time.perf_counter()
-            kind, (outcomes, to_q, frame) = _validate_suite(
-                spark, tables, suite, previous, seen, inputs, params, run_id, settings, requirements
-            )
-            log.debug("quality: %s validated (%s) in %.2f s", suite.name, kind, time.perf_counter() - started)
-            report.validated[kind] = report.validated.get(kind, 0) + 1
-            report.outcomes += outcomes
-            for o, predicate in to_q:
-                keys = offender_keys(frame.df, suite.key, predicate)
-                detail = f"{o.suite}.{o.expectation} ({o.expectation_type} {o.details.get('kwargs')})"
-                found.append(offenders(o.suite, o.expectation, detail, suite.version, keys))
-                counted.append((o, keys))
+
+    def validate(suite: Suite) -> tuple[str, tuple[list[Outcome], list[tuple[Outcome, str]], Frame | None]]:
+        started = time.perf_counter()
+        done = _validate_suite(spark, tables, suite, previous, seen, inputs, params, run_id, settings, requirements)
+        log.debug("quality: %s validated (%s) in %.2f s", suite.name, done[0], time.perf_counter() - started)
+        return done
+
+    todo = [suite for layer in layers for suite in suites.layer(layer)]
+    done = lake.parallel_map(validate, todo, SUITES_AT_ONCE)
+    for suite, (kind, (outcomes, to_q, frame)) in zip(todo, done, strict=True):
+        report.validated[kind] = report.validated.get(kind, 0) + 1
+        report.outcomes += outcomes
+        for o, predicate in to_q:
+            keys = offender_keys(frame.df, suite.key, predicate)
+            detail = f"{o.suite}.{o.expectation} ({o.expectation_type} {o.details.get('kwargs')})"
+            found.append(offenders(o.suite, o.expectation, detail, suite.version, keys))
+            counted.append((o, keys))
     for o, keys in counted:
         o.quarantined_rows = keys.count()
     if found:

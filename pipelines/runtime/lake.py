@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import unquote
 
 import pyarrow as pa
@@ -65,6 +65,7 @@ __all__ = [
     "latest_metadata",
     "merge",
     "offset_ranges_predicate",
+    "parallel_map",
     "partition_columns",
     "partitions_predicate",
     "properties",
@@ -86,6 +87,8 @@ __all__ = [
     "write_rows",
 ]
 
+T = TypeVar("T")
+R = TypeVar("R")
 log = logging.getLogger("offsets_lakehouse")
 
 METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
@@ -1008,14 +1011,20 @@ def in_parallel(writes: Iterable[Callable[[], None]], threads: int = 4) -> None:
     """Run independent writes (to different tables) at once: a Delta commit spends much of its
     time waiting on the driver (listing, the log, the checksum), which other writes can use.
     Threads inherit the caller's Spark job group and properties; the first error is raised."""
-    jobs = [inheritable_thread_target(w) for w in writes]
-    if len(jobs) <= 1:
-        for job in jobs:
-            job()
-        return
-    with ThreadPoolExecutor(max_workers=min(threads, len(jobs))) as pool:
-        for future in [pool.submit(job) for job in jobs]:
-            future.result()
+    parallel_map(lambda write: write(), list(writes), threads)
+
+
+def parallel_map(fn: Callable[[T], R], items: Sequence[T], threads: int = 4) -> list[R]:
+    """``fn`` of every item, at most ``threads`` at once, results in the items' order: for work
+    whose Spark jobs are small and mostly wait (scheduling, the Delta log), which other threads'
+    jobs can use. Threads inherit the caller's Spark job group and properties; the first error
+    (in the items' order) is raised after every call has ended."""
+    if len(items) <= 1 or threads <= 1:
+        return [fn(item) for item in items]
+    call = inheritable_thread_target(fn)
+    with ThreadPoolExecutor(max_workers=min(threads, len(items))) as pool:
+        futures = [pool.submit(call, item) for item in items]
+    return [f.result() for f in futures]
 
 
 def first_then_parallel(tables: Sequence[str], write: Callable[[str], None], after_first: Callable[[], None]) -> None:
