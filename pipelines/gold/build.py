@@ -109,6 +109,8 @@ PROGRESS_TABLE = "progress"
 # each file once) is replayed on the driver, by the tasks' own body: a Spark job's fixed cost
 # and checkpoint are most of a small run's replay
 LOCAL_REPLAY_ROWS = 250_000
+# replay bins (Spark partitions) per core on a first run: small bins even out partitions' sizes
+BINS_PER_CORE = 4
 # the replay's output: a checkpointed DataFrame (Spark's tasks), or an Arrow table (the driver)
 Output = DataFrame | pa.Table
 ALL, CLOSED, OPEN = "all", "closed", "open"
@@ -195,8 +197,12 @@ def _span(f: lake.DataFile) -> int:
 
 def _task_frame(spark: SparkSession, tasks: list[ReplayTask]) -> DataFrame:
     """The tasks as a DataFrame whose Spark partitions are balanced bins of them (largest first
-    into the lightest bin): the replay runs per Spark partition, no shuffle."""
-    n = max(1, min(len(tasks), 4 * spark.sparkContext.defaultParallelism))
+    into the lightest bin): the replay runs per Spark partition, no shuffle. Bins per core:
+    ``BINS_PER_CORE``, or one where partitions resume from their persisted state: each bin reads
+    the gold files of its cluster whole (they hold every offsets partition's rows), so more bins
+    read the same state more often."""
+    per_core = 1 if any(t.gold for t in tasks) else BINS_PER_CORE
+    n = max(1, min(len(tasks), per_core * spark.sparkContext.defaultParallelism))
     bins: list[list[tuple]] = [[] for _ in range(n)]
     loads = [0] * n
     for task in sorted(tasks, key=lambda t: -t.weight):
