@@ -499,12 +499,12 @@ def _write(
         if table in NAMED:
             fill = functools.partial(fill_topic_names_arrow, arrays=list(NAMED[table]), names=name_map)
         if isinstance(out, pa.Table):
-            picked_rows = _rows(_picked_arrow(out, table, w), [*PART, "part", blobs.DATA])
-            if count <= lake.LOCAL_WRITE_ROWS and _write_locally(path, schemas[table], picked_rows, w, fill):
+            mine = _picked_arrow(out, table, w)
+            local_rows = _rows(mine, [*PART, "part", blobs.DATA]) if count <= lake.LOCAL_WRITE_ROWS else None
+            if local_rows is not None and _write_locally(path, schemas[table], local_rows, w, fill):
                 return
             # too many rows for one delta-rs commit, or a table it cannot write: Spark writes them
-            unpacked = [pa.ipc.open_stream(r[blobs.DATA]).read_all() for r in picked_rows]
-            arrow = pa.concat_tables(unpacked) if unpacked else schemas[table].empty_table()
+            arrow = pa.Table.from_batches(list(blobs.unpack(mine.to_batches())), schemas[table])
             rows = spark.createDataFrame(fill(arrow) if fill is not None else arrow)
         else:
             picked = out.where((F.col("table") == table) & _picked(w))
