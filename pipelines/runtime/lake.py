@@ -100,6 +100,9 @@ LOCAL_WRITER_FEATURES = {"appendOnly", "invariants", "changeDataFeed", "timestam
 # a layer writes a commit of at most this many rows from the driver (:func:`write_arrow`), larger
 # ones with Spark: its tasks write in parallel, and the driver need not hold the rows
 LOCAL_WRITE_ROWS = 200_000
+# ... and of at most this many bytes (as Arrow IPC): rows are not a bound on size (at 30M records,
+# 200k rows of group metadata held 1 GiB of members, past Spark's spark.driver.maxResultSize)
+LOCAL_WRITE_BYTES = 128 << 20
 
 
 # -- SQL text ------------------------------------------------------------------------------------------

@@ -48,6 +48,7 @@ class Decoded:
     local: pa.Table | None = None  # the blobs, when decoded on the driver (decode_arrow)
     inventory: pa.Table | None = None  # the census of the decoded bronze rows (version_inventory columns)
     topics: pa.Table | None = None  # (cluster, topic_id, topic_name, first_seen) the rows carry
+    sizes: dict[str, int] = field(default_factory=dict)  # per table, the bytes of its IPC blobs
 
     def table(self, tables: Tables, name: str) -> DataFrame:
         """The rows of one silver table, in its declared columns (unpacked in as few tasks as
@@ -63,7 +64,7 @@ class Decoded:
         if self.local is not None:
             blobs = self.local.filter(pc.equal(self.local["table"], name))[ipc_blobs.DATA].to_pylist()
         else:
-            blobs = [r[0] for r in self.blobs.where(F.col("table") == name).select(ipc_blobs.DATA).collect()]
+            blobs = ipc_blobs.collect(self.blobs.where(F.col("table") == name), ipc_blobs.DATA)[0].to_pylist()
         return pa.concat_tables([pa.ipc.open_stream(b).read_all() for b in blobs if b])
 
     def topic_pairs_table(self) -> pa.Table:
@@ -105,7 +106,7 @@ def decode_frame(rows: DataFrame, plan: DecodePlan) -> Decoded:
             .mapInArrow(functools.partial(decode_blobs, plan=plan), BLOB_DDL)
             .localCheckpoint(eager=True)
         )
-    listing = [(r["table"], r["rows"]) for r in blobs.select("table", "rows").collect()]
+    listing = [tuple(r) for r in blobs.select("table", "rows", F.length(ipc_blobs.DATA)).collect()]
     small = blobs.where(F.col("table").isin(INVENTORY, TOPIC_IDS)).select("table", "data").collect()
     return _counted(Decoded(spark, blobs), listing, [(r["table"], r["data"]) for r in small], plan)
 
@@ -117,20 +118,22 @@ def decode_arrow(spark: SparkSession, rows: pa.Table, plan: DecodePlan) -> Decod
     present = [c for c in INPUT_COLUMNS if c in rows.column_names]
     batches = rows.select(present).to_batches(max_chunksize=DECODE_BATCH_ROWS)
     local = pa.Table.from_batches(list(decode_blobs(batches, plan)), BLOB_SCHEMA)
-    listing = list(zip(local["table"].to_pylist(), local["rows"].to_pylist(), strict=True))
+    sizes = pc.binary_length(local[ipc_blobs.DATA]).to_pylist()
+    listing = list(zip(local["table"].to_pylist(), local["rows"].to_pylist(), sizes, strict=True))
     small = local.filter(pc.is_in(local["table"], pa.array([INVENTORY, TOPIC_IDS])))
     pairs = list(zip(small["table"].to_pylist(), small[ipc_blobs.DATA].to_pylist(), strict=True))
     return _counted(Decoded(spark, None, local=local), listing, pairs, plan)
 
 
 def _counted(
-    decoded: Decoded, listing: list[tuple[str, int]], small: list[tuple[str, bytes]], plan: DecodePlan
+    decoded: Decoded, listing: list[tuple[str, int, int]], small: list[tuple[str, bytes]], plan: DecodePlan
 ) -> Decoded:
-    """``decoded`` with its counts, census and topic ids, from its blobs' (table, rows) listing and
-    the census and topic id blobs."""
+    """``decoded`` with its counts, sizes, census and topic ids, from its blobs' (table, rows,
+    bytes) listing and the census and topic id blobs."""
     counts: dict[str, Any] = {t: 0 for t in (*RECORD_TABLES, MEMBER_TABLE)}
-    for table, rows in listing:
+    for table, rows, size in listing:
         counts[table] = counts.get(table, 0) + rows
+        decoded.sizes[table] = decoded.sizes.get(table, 0) + (size or 0)
     inventory = [pa.ipc.open_stream(data).read_all() for table, data in small if table == INVENTORY]
     topics = [pa.ipc.open_stream(data).read_all() for table, data in small if table == TOPIC_IDS]
     decoded.inventory = combine_census(inventory, plan.tables["version_inventory"])

@@ -80,7 +80,8 @@ def insert_tables(
         # few rows that cannot be in the table (new ones, or a table that does not exist yet: what
         # merge_insert appends): appended from the driver, without a Spark job, their topic names
         # filled in Arrow
-        if rows <= lake.LOCAL_WRITE_ROWS and (append or not table_exists(spark, tables, table)):
+        small = rows <= lake.LOCAL_WRITE_ROWS and decoded.sizes.get(table, 0) <= lake.LOCAL_WRITE_BYTES
+        if small and (append or not table_exists(spark, tables, table)):
             tables.ensure("silver", table)
             batch = decoded.arrow(table)
             if named:
