@@ -102,9 +102,11 @@ class GoldResult:
 # (a partition replayed in buckets, pipelines/gold/buckets.py: a row per bucket, ``bucket`` its index)
 OUTPUT_DDL = (
     "cluster string, offsets_partition int, bucket int, table string, part string, rows bigint, changed boolean, "
-    "data binary"
+    "bytes bigint, data binary"
 )
 PROGRESS_TABLE = "progress"
+# bytes (in Arrow) per IPC blob of the replay's output, and per output batch (:func:`_output_batches`)
+BLOB_BYTES = 8 << 20
 # a run whose files hold at most this many rows (silver's to replay and gold's persisted state,
 # each file once) is replayed on the driver, by the tasks' own body: a Spark job's fixed cost
 # and checkpoint are most of a small run's replay
@@ -162,6 +164,7 @@ def _tasks(spark: SparkSession, tables: Tables, plan: Plan) -> tuple[list[Replay
     out = []
     rows_of = {f.uri: f.rows or 0 for files in found.values() for f in files}
     read: set[str] = set()
+    state = _state_rows(found, plan) if plan.incremental_from else {}
     for pair in plan.pairs:
         applied = plan.incremental_from.get(pair)
         after = -1 if applied is None else applied
@@ -181,12 +184,39 @@ def _tasks(spark: SparkSession, tables: Tables, plan: Plan) -> tuple[list[Replay
                     files = [f for f in files if str(f.partition[2]).lower() == "true"]
                 if files:
                     gold[table] = [f.uri for f in files]
-        # the partition's size: its rows to replay, and (resuming) the events it applied before,
-        # which its persisted state follows
-        buckets = buckets_for(size + (plan.events_before.get(pair, 0) if applied is not None else 0))
+        # the partition's size: its rows to replay, and (resuming) the rows of its persisted state
+        buckets = buckets_for(size + (state.get(pair, 0) if applied is not None else 0))
         out += [ReplayTask(pair, applied, silver, gold, weight // buckets, i, buckets) for i in range(buckets)]
         read.update(uri for uris in (*silver.values(), *gold.values()) for uri in uris)
     return out, sum(rows_of[uri] for uri in read)
+
+
+def _state_rows(found: dict[str, list[lake.DataFile]], plan: Plan) -> dict[Pair, int]:
+    """Per resumed partition, the rows of gold state its replay reads (current tables, open
+    intervals), counted from the files' ``offsets_partition`` column: a file holds every offsets
+    partition of its cluster, so its statistics cannot tell a skewed partition's share. The events
+    applied before are no measure of it: at 30M records a partition had applied 600k events and
+    held 20k rows of state, and sizing by events split every partition into 3 buckets, each reading
+    the cluster's whole state again (the 0.33 % increment's replay: 47.9 s)."""
+    files = [
+        f
+        for name, fs in found.items()
+        if name.startswith("gold.")
+        for f in fs
+        if name.removeprefix("gold.") not in INTERVALS or str(f.partition[2]).lower() == "true"
+    ]
+    schema = pa.schema([pa.field("offsets_partition", pa.int32())])
+
+    def count(f: lake.DataFile) -> list[tuple[Pair, int]]:
+        column = read_parquet([f.uri], schema).column("offsets_partition")
+        return [((str(f.partition[0]), v["values"]), v["counts"]) for v in pc.value_counts(column).to_pylist()]
+
+    out: dict[Pair, int] = {}
+    for counts in lake.parallel_map(count, files):
+        for pair, n in counts:
+            if pair in plan.incremental_from:
+                out[pair] = out.get(pair, 0) + n
+    return out
 
 
 def _span(f: lake.DataFile) -> int:
@@ -235,6 +265,7 @@ def _replay_function(
     and return its output as IPC blobs (:data:`OUTPUT_DDL`). A file of a ``shared`` silver table
     (partitioned by cluster alone) is read once per task for all the partitions it replays: on an
     object store each read is requests, which a task replaying 7 partitions would make 7 times."""
+    blob_bytes = BLOB_BYTES  # read here: the tasks get the driver's value with the closure
 
     def one(
         cluster: str,
@@ -244,7 +275,7 @@ def _replay_function(
         cache: dict,
         bucket: int = 0,
         buckets: int = 1,
-    ) -> pa.RecordBatch:
+    ) -> Iterator[pa.RecordBatch]:
         after = -1 if applied is None else applied
 
         def silver(table: str) -> pa.Table | None:
@@ -354,20 +385,7 @@ def _replay_function(
             }
         )
         parts.append((PROGRESS_TABLE, ALL, done, True))
-        n = len(parts)
-        return pa.RecordBatch.from_pydict(
-            {
-                "cluster": pa.array([cluster] * n, pa.string()),
-                "offsets_partition": pa.array([part] * n, pa.int32()),
-                "bucket": pa.array([bucket] * n, pa.int32()),
-                "table": pa.array([p[0] for p in parts], pa.string()),
-                "part": pa.array([p[1] for p in parts], pa.string()),
-                "rows": pa.array([p[2].num_rows for p in parts], pa.int64()),
-                # a recomputed partition is rewritten whole; else only the tables the run changed
-                "changed": pa.array([p[3] for p in parts], pa.bool_()),
-                "data": pa.array([blobs.ipc(p[2]) for p in parts], pa.binary()),
-            }
-        )
+        return _output_batches(cluster, part, bucket, parts, blob_bytes)
 
     def run(batches):  # Iterator[pa.RecordBatch] -> Iterator[pa.RecordBatch]
         for batch in batches:
@@ -378,9 +396,54 @@ def _replay_function(
             for task in tasks:
                 files = json.loads(task["files"])
                 part = task["offsets_partition"]
-                yield one(task["cluster"], part, task["applied"], files, cache, task["bucket"], task["buckets"])
+                yield from one(task["cluster"], part, task["applied"], files, cache, task["bucket"], task["buckets"])
 
     return run
+
+
+def _output_batches(
+    cluster: str, part: int, bucket: int, parts: list[tuple[str, str, pa.Table, bool]], blob_bytes: int = BLOB_BYTES
+) -> Iterator[pa.RecordBatch]:
+    """One replayed partition (or bucket) as output rows (:data:`OUTPUT_DDL`): per (table, part),
+    its rows in IPC blobs of about ``blob_bytes`` at most (one, maybe empty, when they are fewer;
+    a single larger row alone), in batches of about that many bytes in all. Unbounded, one blob
+    held a partition's whole history: the JVM copies a batch's blobs several times on its way into
+    the checkpoint, and at 30M records that ran the driver's heap out (docs/performance.md)."""
+    pieces = []
+    for table, name, rows, changed in parts:
+        step = max(1, rows.num_rows * blob_bytes // max(rows.nbytes, 1))
+        pieces += [(table, name, rows.slice(start, step), changed) for start in range(0, max(rows.num_rows, 1), step)]
+    batch: list[tuple[str, str, pa.Table, bool]] = []
+    held = 0
+    for piece in pieces:
+        size = piece[2].nbytes
+        if batch and held + size > blob_bytes:
+            yield _output_batch(cluster, part, bucket, batch)
+            batch, held = [], 0
+        batch.append(piece)
+        held += size
+    yield _output_batch(cluster, part, bucket, batch)
+
+
+def _output_batch(
+    cluster: str, part: int, bucket: int, pieces: list[tuple[str, str, pa.Table, bool]]
+) -> pa.RecordBatch:
+    n = len(pieces)
+    data = [blobs.ipc(p[2]) for p in pieces]
+    return pa.RecordBatch.from_pydict(
+        {
+            "cluster": pa.array([cluster] * n, pa.string()),
+            "offsets_partition": pa.array([part] * n, pa.int32()),
+            "bucket": pa.array([bucket] * n, pa.int32()),
+            "table": pa.array([p[0] for p in pieces], pa.string()),
+            "part": pa.array([p[1] for p in pieces], pa.string()),
+            "rows": pa.array([p[2].num_rows for p in pieces], pa.int64()),
+            # a recomputed partition is rewritten whole; else only the tables the run changed
+            "changed": pa.array([p[3] for p in pieces], pa.bool_()),
+            "bytes": pa.array([len(d) for d in data], pa.int64()),
+            "data": pa.array(data, pa.binary()),
+        }
+    )
 
 
 def _with_partition(rows: pa.Table, cluster: str, part: int, table: str, schema: pa.Schema) -> pa.Table:
@@ -407,7 +470,7 @@ def _rows(out: Output, columns: list[str], table: str | None = None) -> list[dic
         return out.select(columns).to_pylist()
     if table is not None:
         out = out.where(F.col("table") == table)
-    return [r.asDict() for r in out.select(*columns).collect()]
+    return blobs.collect(out, *columns).to_pylist()
 
 
 def _progress_of(out: Output) -> dict[tuple[str, int], dict[str, Any]]:
@@ -483,24 +546,28 @@ def _write(
     out: Output,
     writes: dict[str, TableWrite],
     sizes: dict[tuple[str, str, Pair], int],
+    volume: dict[tuple[str, str, Pair], int],
     schemas: dict[str, pa.Schema],
 ) -> None:
     """Run the commits, one per table in ``writes``: the first alone (a fault point follows it),
-    then the rest in parallel. ``sizes``: rows per (table, part, partition) of ``out``."""
+    then the rest in parallel. ``sizes``, ``volume``: rows and blob bytes per (table, part,
+    partition) of ``out``."""
     named = [t for t in writes if t in NAMED]
     names = topic_names(spark, tables).persist() if named and not isinstance(out, pa.Table) else None
     name_map = topic_name_map(spark, tables) if named else {}
 
     def write(table: str) -> None:
         w = writes[table]
-        count = sum(sizes.get((table, part, pair), 0) for part, pairs in w.parts.items() for pair in pairs)
+        keys = [(table, part, pair) for part, pairs in w.parts.items() for pair in pairs]
+        count = sum(sizes.get(k, 0) for k in keys)
+        small = count <= lake.LOCAL_WRITE_ROWS and sum(volume.get(k, 0) for k in keys) <= lake.LOCAL_WRITE_BYTES
         path = tables.path("gold", table)
         fill = None
         if table in NAMED:
             fill = functools.partial(fill_topic_names_arrow, arrays=list(NAMED[table]), names=name_map)
         if isinstance(out, pa.Table):
             mine = _picked_arrow(out, table, w)
-            local_rows = _rows(mine, [*PART, "part", blobs.DATA]) if count <= lake.LOCAL_WRITE_ROWS else None
+            local_rows = _rows(mine, [*PART, "part", blobs.DATA]) if small else None
             if local_rows is not None and _write_locally(path, schemas[table], local_rows, w, fill):
                 return
             # too many rows for one delta-rs commit, or a table it cannot write: Spark writes them
@@ -508,7 +575,7 @@ def _write(
             rows = spark.createDataFrame(fill(arrow) if fill is not None else arrow)
         else:
             picked = out.where((F.col("table") == table) & _picked(w))
-            if count <= lake.LOCAL_WRITE_ROWS:
+            if small:
                 local_rows = _rows(picked, [*PART, "part", blobs.DATA])
                 if _write_locally(path, schemas[table], local_rows, w, fill):
                     return
@@ -674,15 +741,17 @@ def _replay(
             out = _task_frame(spark, tasks).mapInArrow(replay, OUTPUT_DDL).localCheckpoint(eager=True)
     try:
         with result.steps("count"):
-            listing = _rows(out, [*PART, "table", "part", "rows", "changed"])
+            listing = _rows(out, [*PART, "table", "part", "rows", "changed", "bytes"])
             rows = {t: sum(r["rows"] for r in listing if r["table"] == t) for t in GOLD_TABLES}
             # per (table, part, partition), over its buckets: rows, and whether any bucket changed it
             # (then every bucket's rows are written: they replace the partition's rows together)
             sizes: dict[tuple[str, str, Pair], int] = {}
+            volume: dict[tuple[str, str, Pair], int] = {}  # bytes of the blobs
             touched: dict[tuple[str, str, Pair], bool] = {}
             for r in listing:
                 key = (r["table"], r["part"], (r["cluster"], r["offsets_partition"]))
                 sizes[key] = sizes.get(key, 0) + r["rows"]
+                volume[key] = volume.get(key, 0) + r["bytes"]
                 touched[key] = touched.get(key, False) or r["changed"]
             changed: dict[tuple[str, str], list[Pair]] = {}
             nonempty: dict[tuple[str, str], list[Pair]] = {}
@@ -702,7 +771,7 @@ def _replay(
         progress_rows(spark, tables, plan, done, run_id, in_flight=True)
         faults.point("gold.before_merge")
         with result.steps("write tables"):
-            _write(spark, tables, out, table_writes(plan, changed, nonempty), sizes, schemas)
+            _write(spark, tables, out, table_writes(plan, changed, nonempty), sizes, volume, schemas)
         if plan.names_changed and plan.progress:  # a first run wrote every member row with today's names
             with result.steps("topic names"):
                 _refresh_names(spark, tables)

@@ -55,8 +55,10 @@ def test_the_driver_and_spark_paths_write_the_same_tables(spark, tmp_path, monke
     generated = generate(tmp_path / "logs", 4000, seed=17, partitions=3, segment_bytes=16 * 1024)
     logs = generated.out
     local, local_modes, local_jobs, local_replays = build(spark, tmp_path / "driver", logs)
-    # gold replayed on the driver, its commits written by Spark (rows beyond one delta-rs commit)
+    # gold replayed on the driver, its commits written by Spark (rows beyond one delta-rs commit);
+    # from here on, the replay's output comes in blobs of 4 KiB (a partition's tables in many)
     monkeypatch.setattr(lake, "LOCAL_WRITE_ROWS", -1)
+    monkeypatch.setattr(gold_build, "BLOB_BYTES", 4096)
     mixed, _, _, mixed_replays = build(spark, tmp_path / "mixed", logs)
     monkeypatch.setattr(bronze_ingest, "LOCAL_READ_BYTES", -1)  # every read in Spark's tasks
     monkeypatch.setattr(silver_ingest, "LOCAL_DECODE_ROWS", -1)  # every decode in Spark's tasks

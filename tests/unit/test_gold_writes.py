@@ -4,7 +4,9 @@ history already written is never in what a commit replaces."""
 
 from __future__ import annotations
 
-from pipelines.gold.build import ALL, CLOSED, GOLD_TABLES, OPEN, table_writes
+import pyarrow as pa
+
+from pipelines.gold.build import ALL, CLOSED, GOLD_TABLES, OPEN, _output_batches, table_writes
 from pipelines.gold.plan import Plan
 
 A0, A1, B0 = ("a", 0), ("a", 1), ("b", 0)
@@ -90,3 +92,29 @@ def test_a_partition_gold_never_wrote_lies_beyond_the_predicate() -> None:
 
 def test_a_table_no_partition_changed_is_not_written() -> None:
     assert table_writes(plan(resumed=[A0]), {}, {}) == {}
+
+
+def test_the_replays_output_comes_in_bounded_blobs_and_batches() -> None:
+    """Each (table, part) of a replayed partition in blobs of at most ``blob_bytes`` (in Arrow),
+    every row once and in order; an empty one still gets its (empty) blob, and no batch holds more
+    bytes. 8 bytes per row: 80 bytes are 10 rows."""
+
+    def rows(n: int, start: int = 0) -> pa.Table:
+        return pa.table({"x": pa.array(range(start, start + n), pa.int64())})
+
+    parts = [
+        ("offset_history", CLOSED, rows(23), True),
+        ("offset_history", OPEN, rows(0), False),
+        ("current_offsets", ALL, rows(5, 100), True),
+        ("progress", ALL, rows(1), True),
+    ]
+    batches = list(_output_batches("a", 3, 0, parts, blob_bytes=80))
+    out = pa.Table.from_batches(batches)
+    assert all(sum(b.column("rows").to_pylist()) <= 10 for b in batches)
+    assert set(out.column("offsets_partition").to_pylist()) == {3}
+    for table, part, expected, changed in parts:
+        mine = [r for r in out.to_pylist() if (r["table"], r["part"]) == (table, part)]
+        assert all(r["changed"] is changed and r["rows"] <= 10 for r in mine)
+        got = pa.concat_tables([pa.ipc.open_stream(r["data"]).read_all() for r in mine])
+        assert got.column("x").to_pylist() == expected.column("x").to_pylist(), (table, part)
+        assert len(mine) == max(1, -(-expected.num_rows // 10))  # 23 rows: 3 blobs; none: 1
