@@ -738,7 +738,11 @@ def _replay(
             # a checkpoint, not a cache: the replay read the gold tables it is about to write, and
             # Spark re-computes cached plans over a table written to (each write would replay
             # again, on the tables as the earlier writes left them)
-            out = _task_frame(spark, tasks).mapInArrow(replay, OUTPUT_DDL).localCheckpoint(eager=True)
+            out = (
+                _task_frame(spark, tasks)
+                .mapInArrow(replay, OUTPUT_DDL)
+                .localCheckpoint(eager=True, storageLevel=lake.CHECKPOINT_LEVEL)
+            )
     try:
         with result.steps("count"):
             listing = _rows(out, [*PART, "table", "part", "rows", "changed", "bytes"])

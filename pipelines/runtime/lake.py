@@ -32,6 +32,7 @@ from urllib.parse import unquote
 import pyarrow as pa
 import pyarrow.compute as pc
 from delta.tables import DeltaTable
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -103,6 +104,12 @@ LOCAL_WRITE_ROWS = 200_000
 # ... and of at most this many bytes (as Arrow IPC): rows are not a bound on size (at 30M records,
 # 200k rows of group metadata held 1 GiB of members, past Spark's spark.driver.maxResultSize)
 LOCAL_WRITE_BYTES = 128 << 20
+# where silver's and gold's checkpoints of Arrow IPC blobs are kept: on the executors' disks, out of
+# the heap (the operating system's page cache keeps them in memory while it has room). In the heap
+# (MEMORY_AND_DISK, Spark's default) a 30M-record build's blobs filled the storage share of a 4 GiB
+# driver beside its writes: 721.8 / 748.7 s that way, 700.4 s this way; at 10M within noise
+# (docs/performance.md)
+CHECKPOINT_LEVEL = StorageLevel.DISK_ONLY
 
 
 # -- SQL text ------------------------------------------------------------------------------------------

@@ -104,7 +104,7 @@ def decode_frame(rows: DataFrame, plan: DecodePlan) -> Decoded:
         blobs = (
             rows.select(*present)
             .mapInArrow(functools.partial(decode_blobs, plan=plan), BLOB_DDL)
-            .localCheckpoint(eager=True)
+            .localCheckpoint(eager=True, storageLevel=lake.CHECKPOINT_LEVEL)
         )
     listing = [tuple(r) for r in blobs.select("table", "rows", F.length(ipc_blobs.DATA)).collect()]
     small = blobs.where(F.col("table").isin(INVENTORY, TOPIC_IDS)).select("table", "data").collect()
