@@ -196,7 +196,7 @@ def _state_rows(found: dict[str, list[lake.DataFile]], plan: Plan) -> dict[Pair,
     intervals), counted from the files' ``offsets_partition`` column: a file holds every offsets
     partition of its cluster, so its statistics cannot tell a skewed partition's share. The events
     applied before are no measure of it: at 30M records a partition had applied 600k events and
-    held 20k rows of state, and sizing by events split every partition into 3 buckets, each reading
+    held some 20k rows of state, and sizing by events split every partition into 3 buckets, each reading
     the cluster's whole state again (the 0.33 % increment's replay: 47.9 s)."""
     files = [
         f
@@ -408,7 +408,8 @@ def _output_batches(
     its rows in IPC blobs of about ``blob_bytes`` at most (one, maybe empty, when they are fewer;
     a single larger row alone), in batches of about that many bytes in all. Unbounded, one blob
     held a partition's whole history: the JVM copies a batch's blobs several times on its way into
-    the checkpoint, and at 30M records that ran the driver's heap out (docs/performance.md)."""
+    the checkpoint, and a 10M build with a 1.4 GiB heap (standing in for 30M with 4 GiB) died there
+    (docs/performance.md)."""
     pieces = []
     for table, name, rows, changed in parts:
         step = max(1, rows.num_rows * blob_bytes // max(rows.nbytes, 1))
