@@ -164,7 +164,7 @@ def _tasks(spark: SparkSession, tables: Tables, plan: Plan) -> tuple[list[Replay
     out = []
     rows_of = {f.uri: f.rows or 0 for files in found.values() for f in files}
     read: set[str] = set()
-    state = _state_rows(found, plan) if plan.incremental_from else {}
+    counted: dict[str, dict[int, int]] = {}  # gold files read for their rows per offsets partition
     for pair in plan.pairs:
         applied = plan.incremental_from.get(pair)
         after = -1 if applied is None else applied
@@ -184,39 +184,28 @@ def _tasks(spark: SparkSession, tables: Tables, plan: Plan) -> tuple[list[Replay
                     files = [f for f in files if str(f.partition[2]).lower() == "true"]
                 if files:
                     gold[table] = [f.uri for f in files]
-        # the partition's size: its rows to replay, and (resuming) the rows of its persisted state
-        buckets = buckets_for(size + (state.get(pair, 0) if applied is not None else 0))
+        # the partition's size: its rows to replay, and (resuming) the rows of its persisted state,
+        # counted only where their files' rows (every partition's of the cluster) could need buckets
+        uris = [uri for files in gold.values() for uri in files]
+        if buckets_for(size + sum(rows_of[uri] for uri in uris)) > 1:
+            missing = [uri for uri in dict.fromkeys(uris) if uri not in counted]
+            counted.update(zip(missing, lake.parallel_map(_rows_per_partition, missing), strict=True))
+            size += sum(counted[uri].get(pair[1], 0) for uri in uris)
+        buckets = buckets_for(size)
         out += [ReplayTask(pair, applied, silver, gold, weight // buckets, i, buckets) for i in range(buckets)]
         read.update(uri for uris in (*silver.values(), *gold.values()) for uri in uris)
     return out, sum(rows_of[uri] for uri in read)
 
 
-def _state_rows(found: dict[str, list[lake.DataFile]], plan: Plan) -> dict[Pair, int]:
-    """Per resumed partition, the rows of gold state its replay reads (current tables, open
-    intervals), counted from the files' ``offsets_partition`` column: a file holds every offsets
-    partition of its cluster, so its statistics cannot tell a skewed partition's share. The events
-    applied before are no measure of it: at 30M records a partition had applied 600k events and
-    held some 20k rows of state, and sizing by events split every partition into 3 buckets, each reading
-    the cluster's whole state again (the 0.33 % increment's replay: 47.9 s)."""
-    files = [
-        f
-        for name, fs in found.items()
-        if name.startswith("gold.")
-        for f in fs
-        if name.removeprefix("gold.") not in INTERVALS or str(f.partition[2]).lower() == "true"
-    ]
-    schema = pa.schema([pa.field("offsets_partition", pa.int32())])
-
-    def count(f: lake.DataFile) -> list[tuple[Pair, int]]:
-        column = read_parquet([f.uri], schema).column("offsets_partition")
-        return [((str(f.partition[0]), v["values"]), v["counts"]) for v in pc.value_counts(column).to_pylist()]
-
-    out: dict[Pair, int] = {}
-    for counts in lake.parallel_map(count, files):
-        for pair, n in counts:
-            if pair in plan.incremental_from:
-                out[pair] = out.get(pair, 0) + n
-    return out
+def _rows_per_partition(uri: str) -> dict[int, int]:
+    """A gold file's rows per offsets partition, from its ``offsets_partition`` column. A gold file
+    holds every offsets partition of its cluster, so its statistics cannot tell a skewed
+    partition's share; and the events a partition applied before are no measure of its state: at
+    30M records a partition had applied 600k events and held some 20k rows of state, and sizing by
+    events split every partition into 3 buckets, each reading the cluster's whole state again (the
+    0.33 % increment's replay: 47.9 s)."""
+    column = read_parquet([uri], pa.schema([pa.field("offsets_partition", pa.int32())])).column("offsets_partition")
+    return {v["values"]: v["counts"] for v in pc.value_counts(column).to_pylist()}
 
 
 def _span(f: lake.DataFile) -> int:
