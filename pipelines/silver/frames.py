@@ -62,10 +62,10 @@ class Decoded:
         """The rows of one silver table that received rows, on the driver, in its declared
         columns: for a write small enough to skip Spark (:func:`pipelines.runtime.lake.write_arrow`)."""
         if self.local is not None:
-            blobs = self.local.filter(pc.equal(self.local["table"], name))[ipc_blobs.DATA].to_pylist()
+            mine = self.local.filter(pc.equal(self.local["table"], name))
         else:
-            blobs = ipc_blobs.collect(self.blobs.where(F.col("table") == name), ipc_blobs.DATA)[0].to_pylist()
-        return pa.concat_tables([pa.ipc.open_stream(b).read_all() for b in blobs if b])
+            mine = ipc_blobs.collect(self.blobs.where(F.col("table") == name), ipc_blobs.DATA)
+        return pa.Table.from_batches(list(ipc_blobs.unpack(mine.to_batches())))
 
     def topic_pairs_table(self) -> pa.Table:
         """The topic id pairs of these rows, each with its earliest record time."""
