@@ -34,6 +34,9 @@ can be) equal a full validation's of the same tables, rule by rule.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
+import gc
 import json
 import os
 import re
@@ -209,10 +212,6 @@ class Memory:
 def _release_memory() -> None:
     """Hand the memory Python freed back to the system (glibc keeps freed arenas otherwise), so a
     run's peak RSS is the pipeline's, not what the benchmark's own checks left behind."""
-    import contextlib
-    import ctypes
-    import gc
-
     gc.collect()
     with contextlib.suppress(OSError, AttributeError):  # not glibc: the peaks may include the checks
         ctypes.CDLL("libc.so.6").malloc_trim(0)
