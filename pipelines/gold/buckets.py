@@ -18,12 +18,15 @@ groups whose id hashes (CRC-32, unrelated to Kafka's partitioner) to its index:
   the last event of each batch (the engine dates a batch's changes by its last event, which may
   be another bucket's).
 
-Each bucket reads the partition's files itself (silver's above the applied offset and, for an
-incremental run, its persisted gold rows) in chunks of :data:`CHUNK_ROWS` rows, keeping only its
-groups' rows: a bucket holds about ``1 / buckets`` of the partition, plus one chunk and the batch
-facts (four integers per batch). The price is that each file of a bucketed
-partition is read once per bucket; the buckets run in parallel tasks. The floor is one group: a
-group is never split, so the largest bucket holds at least the largest group.
+A partition of at most :data:`READ_ONCE_ROWS` rows is replayed by one task that reads its files
+once (:func:`read_buckets`: its rows as Arrow, split by bucket) and replays the buckets one after
+another, so the task holds the partition's rows but one bucket's replay at a time. A larger one (a
+skewed partition) gets a task per bucket: each reads the partition's files itself (silver's above
+the applied offset and, for an incremental run, its persisted gold rows) in chunks of
+:data:`CHUNK_ROWS` rows, keeping only its groups' rows, so it holds about ``1 / buckets`` of the
+partition, plus one chunk and the batch facts (four integers per batch). The price is that each
+file of such a partition is read once per bucket; those buckets run in parallel tasks. The floor
+is one group: a group is never split, so the largest bucket holds at least the largest group.
 """
 
 from __future__ import annotations
@@ -41,14 +44,23 @@ import pyarrow.parquet as pq
 from pipelines.gold.events import MEMBERS_TABLE, SOURCES, selected
 from pipelines.runtime.files import filesystem
 
-__all__ = ["CHUNK_ROWS", "ROWS_PER_BUCKET", "PartitionFacts", "bucket_index", "buckets_for", "iter_parquet",
-           "keep_bucket", "read_bucket"]  # fmt: skip
+__all__ = ["ALL_BUCKETS", "CHUNK_ROWS", "READ_ONCE_ROWS", "ROWS_PER_BUCKET", "PartitionFacts", "bucket_index",
+           "buckets_for", "iter_parquet", "keep_bucket", "read_bucket", "read_buckets", "reads_once",
+           "split_buckets"]  # fmt: skip
 
 # rows of a partition (silver rows to replay, plus the events applied before when it resumes: the
 # size of its persisted state) per bucket: a bucket's Python worker then peaks near 1 GiB (measured,
 # docs/performance.md#skew-and-cardinality)
 ROWS_PER_BUCKET = 250_000
 CHUNK_ROWS = 65_536  # rows read from a Parquet file at a time by a bucket
+# a bucketed partition of at most this many rows is replayed by one task that reads its files once
+# and replays its buckets one after another (:func:`read_buckets`), holding the partition's rows as
+# Arrow (some 150 MB per million) and one bucket's replay at a time. A task per bucket reads every
+# file once per bucket: at 30M records each partition held 600k rows, made 3 buckets and was read 3
+# times (gold's replay 4.3 x the 10M build's; docs/performance.md). Larger partitions (skew) keep a
+# task per bucket: their rows would not fit, and their buckets replay in parallel.
+READ_ONCE_ROWS = 2_000_000
+ALL_BUCKETS = -1  # a task's bucket index when it replays every bucket of its partition
 _NO_TIME = np.iinfo(np.int64).min  # a null timestamp in the batch facts
 GROUP_RECORDS = "group_metadata"  # the source whose records group_members' rows belong to
 
@@ -56,6 +68,12 @@ GROUP_RECORDS = "group_metadata"  # the source whose records group_members' rows
 def buckets_for(rows: int) -> int:
     """How many buckets a partition of ``rows`` rows is replayed in."""
     return max(1, math.ceil(rows / ROWS_PER_BUCKET))
+
+
+def reads_once(rows: int) -> bool:
+    """Whether a bucketed partition of ``rows`` rows is replayed by one task that reads it once
+    (:data:`READ_ONCE_ROWS`), not by a task per bucket."""
+    return rows <= READ_ONCE_ROWS
 
 
 def bucket_index(groups: pa.Array | pa.ChunkedArray, buckets: int) -> np.ndarray:
@@ -212,6 +230,51 @@ def read_bucket(
     members = [m for m in members if m.num_rows]
     kept[MEMBERS_TABLE] = pa.concat_tables(members) if members else None
     return kept.get, facts
+
+
+def read_buckets(
+    chunks: Callable[[str], Iterable[pa.Table]], buckets: int
+) -> tuple[list[Callable[[str], pa.Table | None]], PartitionFacts]:
+    """:func:`read_bucket` for every bucket of the partition, reading its rows once: per bucket, a
+    reader of exactly the rows :func:`read_bucket` keeps for it, in the same order."""
+    facts = PartitionFacts()
+    kept: list[dict[str, pa.Table | None]] = [{} for _ in range(buckets)]
+    for source in SOURCES:
+        parts = []
+        for chunk in chunks(source.table):
+            rows = selected(chunk, source)
+            facts.add(rows)
+            if rows.num_rows:
+                parts.append(rows)
+        rows = pa.concat_tables(parts) if parts else None
+        if rows is not None and "group_id" not in rows.column_names:  # transaction markers: every bucket
+            mine = [rows] * buckets
+        else:
+            mine = split_buckets(rows, buckets)
+        for i in range(buckets):
+            kept[i][source.table] = mine[i]
+    # the members of each bucket's classic group records (group_members rows name their record)
+    ats = [b[GROUP_RECORDS].column("record_offset").combine_chunks() if b.get(GROUP_RECORDS) else None for b in kept]
+    members = None
+    if any(at is not None for at in ats):
+        parts = [c for c in chunks(MEMBERS_TABLE) if c.num_rows]
+        members = pa.concat_tables(parts) if parts else None
+    for i, at in enumerate(ats):
+        mine = None if members is None or at is None else members.filter(pc.is_in(members.column("record_offset"), at))
+        kept[i][MEMBERS_TABLE] = mine if mine is not None and mine.num_rows else None
+    return [b.get for b in kept], facts
+
+
+def split_buckets(rows: pa.Table | None, buckets: int) -> list[pa.Table | None]:
+    """Per bucket, its rows of ``rows`` (a ``group_id`` column), in their order; None for none."""
+    if rows is None or not rows.num_rows:
+        return [None] * buckets
+    index = bucket_index(rows.column("group_id"), buckets)
+    out: list[pa.Table | None] = []
+    for i in range(buckets):
+        mine = rows.filter(pa.array(index == i))
+        out.append(mine if mine.num_rows else None)
+    return out
 
 
 def keep_bucket(chunks: Iterable[pa.Table], buckets: int, index: int) -> pa.Table | None:

@@ -41,7 +41,17 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from pipelines.gold.buckets import buckets_for, iter_parquet, keep_bucket, read_bucket
+from pipelines.gold.buckets import (
+    ALL_BUCKETS,
+    PartitionFacts,
+    buckets_for,
+    iter_parquet,
+    keep_bucket,
+    read_bucket,
+    read_buckets,
+    reads_once,
+    split_buckets,
+)
 from pipelines.gold.engine import DEFAULT_RETENTION_MS, PartitionInput, PartitionReplay
 from pipelines.gold.events import SOURCE_TABLES, partition_events, read_schemas
 from pipelines.gold.lag import build_lag
@@ -192,7 +202,10 @@ def _tasks(spark: SparkSession, tables: Tables, plan: Plan) -> tuple[list[Replay
             counted.update(zip(missing, lake.parallel_map(_rows_per_partition, missing), strict=True))
             size += sum(counted[uri].get(pair[1], 0) for uri in uris)
         buckets = buckets_for(size)
-        out += [ReplayTask(pair, applied, silver, gold, weight // buckets, i, buckets) for i in range(buckets)]
+        if buckets > 1 and reads_once(size):  # one task reads the partition once for every bucket
+            out.append(ReplayTask(pair, applied, silver, gold, weight, ALL_BUCKETS, buckets))
+        else:
+            out += [ReplayTask(pair, applied, silver, gold, weight // buckets, i, buckets) for i in range(buckets)]
         read.update(uri for uris in (*silver.values(), *gold.values()) for uri in uris)
     return out, sum(rows_of[uri] for uri in read)
 
@@ -323,20 +336,52 @@ def _replay_function(
             rows = keep_bucket(chunks, buckets, bucket)
             return None if rows is None else rows.select(state[table].names)
 
-        extra: dict[str, Any] = {}
-        state_of = persisted
-        if buckets > 1:  # a bucket of a large partition: its groups' rows only (pipelines/gold/buckets.py)
-            read, facts = read_bucket(silver_chunks, buckets, bucket)
-            events = partition_events(read)
-            state_of = persisted_bucket
-            extra = {
+        def persisted_whole(table: str) -> pa.Table | None:
+            """The partition's persisted rows, read in chunks (for :func:`split_buckets`)."""
+            uris = files["gold"].get(table)
+            if not uris:
+                return None
+            schema = state[table].append(pa.field("offsets_partition", pa.int32()))
+            chunks = iter_parquet(uris, schema, equal=("offsets_partition", part))
+            if table in INTERVALS:
+                chunks = (c.filter(pc.is_null(c.column(INTERVALS[table]))) for c in chunks)
+            parts = [c.select(state[table].names) for c in chunks if c.num_rows]
+            return pa.concat_tables(parts) if parts else None
+
+        def bucket_facts(facts: PartitionFacts, events: pa.Table) -> dict[str, Any]:
+            return {
                 "batch_last": facts.batch_last(events),
                 "partition_events": facts.events,
                 "partition_last_offset": facts.last_offset,
                 "partition_log_now": facts.log_now,
             }
+
+        if buckets > 1 and bucket == ALL_BUCKETS:  # every bucket, the partition's files read once
+            readers, facts = read_buckets(silver_chunks, buckets)
+            whole = {t: split_buckets(persisted_whole(t), buckets) for t in state}
+            for i, read in enumerate(readers):
+                events = partition_events(read)
+                state_of = functools.partial(lambda i, t: whole[t][i], i)
+                yield from replayed(cluster, part, applied, events, state_of, bucket_facts(facts, events), i)
+            return
+        if buckets > 1:  # a bucket of a large partition: its groups' rows only (pipelines/gold/buckets.py)
+            read, facts = read_bucket(silver_chunks, buckets, bucket)
+            events = partition_events(read)
+            yield from replayed(cluster, part, applied, events, persisted_bucket, bucket_facts(facts, events), bucket)
         else:
-            events = partition_events(silver)
+            yield from replayed(cluster, part, applied, partition_events(silver), persisted, {}, bucket)
+
+    def replayed(
+        cluster: str,
+        part: int,
+        applied: int | None,
+        events: pa.Table,
+        state_of: Callable[[str], pa.Table | None],
+        extra: dict[str, Any],
+        bucket: int,
+    ) -> Iterator[pa.RecordBatch]:
+        """One partition's (or bucket's) replay of ``events`` on its persisted rows ``state_of``,
+        as output batches."""
         inp = PartitionInput(
             cluster,
             part,
@@ -711,10 +756,12 @@ def _replay(
     soft_ms = None if soft_delete_retention_days is None else int(soft_delete_retention_days * 86_400_000)
     with result.steps("list files"):
         tasks, read_rows = _tasks(spark, tables, plan)
-    result.bucketed = {f"{t.pair[0]}/{t.pair[1]}": t.buckets for t in tasks if t.buckets > 1 and t.bucket == 0}
+    result.bucketed = {
+        f"{t.pair[0]}/{t.pair[1]}": t.buckets for t in tasks if t.buckets > 1 and t.bucket in (0, ALL_BUCKETS)
+    }
     if result.bucketed:
         spread = ", ".join(f"{k} in {n}" for k, n in result.bucketed.items())
-        log.info("gold: %s replayed in buckets (a task per bucket)", spread)
+        log.info("gold: %s replayed in buckets", spread)
     # silver tables partitioned by cluster alone: each file holds rows of many offsets partitions
     shared = frozenset(t for t in SOURCE_TABLES if "offsets_partition" not in tables.spec("silver", t).partitioned_by)
     replay = _replay_function(run_id, retention_ms, soft_ms, sources, state, schemas, shared)

@@ -199,3 +199,78 @@ def test_merged_batches_hold_several_groups(logs) -> None:
         groups.setdefault(e["batch_id"], set()).add(e["group_id"])
     spread = [g for g in groups.values() if len(set(bucket_index(pa.array(sorted(g)), 5).tolist())) > 1]
     assert len(spread) > 50
+
+
+@pytest.fixture(scope="module")
+def silver_files(tmp_path_factory) -> tuple[dict[str, list[str]], list[int]]:
+    """The skewed log decoded as silver decodes it, each table a Parquet file (what gold's tasks
+    read), and its partitions."""
+    import pyarrow.parquet as pq
+
+    from pipelines.silver.decode import build_plan
+    from pipelines.silver.local import bronze_rows, bronze_table
+    from pipelines.silver.split import decode_blobs
+
+    root = tmp_path_factory.mktemp("read-once")
+    generate(root / "logs", 12_000, seed=12, partitions=3, segment_bytes=64 * 1024,
+             skew=Skew(keys=6_000, members=200, assigned=2_000, keys_per_group=500))  # fmt: skip
+    bronze = bronze_table(bronze_rows([root / "logs"], "gen"))
+    tables: dict[str, list[pa.Table]] = {}
+    for blob in decode_blobs(bronze.to_batches(max_chunksize=2_000), build_plan()):
+        for name, data in zip(blob.column("table").to_pylist(), blob.column("data").to_pylist(), strict=True):
+            if data:
+                tables.setdefault(name, []).append(pa.ipc.open_stream(data).read_all())
+    files = {}
+    for name, parts in tables.items():
+        path = root / f"{name}.parquet"
+        pq.write_table(pa.concat_tables(parts), path)
+        files[name] = [str(path)]
+    return files, sorted(set(bronze.column("partition").to_pylist()))
+
+
+@pytest.mark.parametrize("after", [-1, 3_000], ids=["whole", "after-an-offset"])
+def test_one_read_splits_rows_as_a_read_per_bucket_keeps_them(silver_files, monkeypatch, after: int) -> None:
+    """read_buckets (one task, the files read once) gives each bucket exactly the rows, in the same
+    order, and the same partition facts as read_bucket (a task per bucket, a read per bucket)."""
+    from pipelines.gold import buckets
+    from pipelines.gold.events import MEMBERS_TABLE, SOURCES, partition_events, read_schemas
+    from pipelines.runtime.tables import load_specs
+
+    monkeypatch.setattr(buckets, "CHUNK_ROWS", 1_000)  # several chunks per file
+    files, parts = silver_files
+    schemas = read_schemas(load_specs()["silver"])
+    compared = 0
+    for part in parts:
+
+        def chunks(table: str, part: int = part):
+            return buckets.iter_parquet(files.get(table, []), schemas[table], ("record_offset", after),
+                                        ("timestamp",), ("offsets_partition", part))  # fmt: skip
+
+        for n in (2, 5):
+            readers, facts = buckets.read_buckets(chunks, n)
+            assert len(readers) == n
+            for i, read in enumerate(readers):
+                one, one_facts = buckets.read_bucket(chunks, n, i)
+                for table in (*(s.table for s in SOURCES), MEMBERS_TABLE):
+                    got, want = read(table), one(table)
+                    assert (got is None) == (want is None), (part, n, i, table)
+                    if want is not None:
+                        assert got.equals(want), (part, n, i, table)
+                        compared += want.num_rows
+                events = partition_events(read)
+                assert events.equals(partition_events(one))
+                assert facts.batch_last(events) == one_facts.batch_last(events)
+                assert (facts.events, facts.last_offset, facts.log_now) == (
+                    one_facts.events, one_facts.last_offset, one_facts.log_now)  # fmt: skip
+    assert compared > 10_000  # every row of every partition, several times over
+
+
+def test_split_buckets_keeps_every_row_once() -> None:
+    from pipelines.gold.buckets import split_buckets
+
+    rows = pa.table({"group_id": [f"g{i % 40}" for i in range(500)], "n": list(range(500))})
+    got = split_buckets(rows, 4)
+    assert sorted(n for t in got if t is not None for n in t.column("n").to_pylist()) == list(range(500))
+    for i, t in enumerate(got):
+        assert t is None or set(bucket_index(t.column("group_id"), 4).tolist()) == {i}
+    assert split_buckets(None, 3) == [None, None, None]
