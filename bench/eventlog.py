@@ -3,7 +3,7 @@
 Run a benchmark with ``--spark-conf spark.eventLog.enabled=true --spark-conf
 spark.eventLog.dir=file:///tmp/events`` and pass the log it wrote::
 
-    python bench/eventlog.py /tmp/events/local-1234 [--group silver] [--top 30]
+    python bench/eventlog.py /tmp/events/eventlog_v2_local-1234 [--group silver] [--top 30]
 
 One line per job (its job group, the call site that started it, its wall time), then its stages:
 tasks, wall time, the tasks' summed run time and GC time, bytes read from input, cached blocks
@@ -13,17 +13,28 @@ and shuffles, and bytes spilled — what tells a scan from a sort from a spill.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import zstandard
+
 MiB = 1 << 20
+METRICS = ("run", "gc", "input", "shuffle_read", "shuffle_write", "spill", "output", "cached")
 
 
 def _events(path: Path) -> list[dict[str, Any]]:
-    with path.open() as f:
-        return [json.loads(line) for line in f if line.strip()]
+    """The events of a log file, or of a rolling log's directory (Spark 4: ``eventlog_v2_*`` with
+    ``events_<n>_*`` files, zstd-compressed by default)."""
+    files = sorted(path.glob("events_*"), key=lambda p: int(p.name.split("_")[1])) if path.is_dir() else [path]
+    out = []
+    for file in files:
+        with file.open("rb") as raw:
+            stream = zstandard.ZstdDecompressor().stream_reader(raw) if file.suffix == ".zstd" else raw
+            out += [json.loads(line) for line in io.TextIOWrapper(stream, encoding="utf-8") if line.strip()]
+    return out
 
 
 def summarise(path: Path) -> list[dict[str, Any]]:
@@ -69,7 +80,9 @@ def summarise(path: Path) -> list[dict[str, Any]]:
     out = []
     for job in jobs.values():
         job["seconds"] = (job.get("end", job["start"]) - job["start"]) / 1000
-        job["stage_rows"] = [dict(stages[sid], id=sid) for sid in job["stages"] if sid in stages]
+        job["stage_rows"] = [
+            {"id": sid, **dict.fromkeys(METRICS, 0.0), **stages[sid]} for sid in job["stages"] if sid in stages
+        ]
         out.append(job)
     return out
 

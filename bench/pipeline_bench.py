@@ -34,9 +34,11 @@ can be) equal a full validation's of the same tables, rule by rule.
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import ctypes
 import gc
+import importlib
 import json
 import os
 import re
@@ -345,6 +347,8 @@ def print_report(result: dict[str, Any]) -> None:
         f"{inc['new_segments']} new segments); Spark {result['spark_version']}, master {result['master']}, "
         f"{result['cores']} cores; Spark start {result['spark_start_s']} s (not counted)"
     )
+    if result.get("constants_set"):
+        print(f"constants set for this run (an experiment): {', '.join(result['constants_set'])}")
     start, end = (" ".join(map(str, result["load_average"][k])) for k in ("start", "end"))
     print(f"load average (1/5/15 min): {start} at the start, {end} at the end\n")
     head = ["run", "seconds", *(f"{s} s" for s in stages), "new records", "records/s", "Delta commits", "Spark jobs"]
@@ -394,6 +398,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="Spark setting over jobs.yaml's"
     )
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="MODULE.NAME=VALUE",
+        help="an experiment: set a module's constant in this process before the runs (a Python literal; e.g. "
+        "pipelines.runtime.lake.LOCAL_WRITE_ROWS=100000); the report lists what was set",
+    )
     ap.add_argument("--json", type=Path, help="write every number here as JSON")
     ap.add_argument("--workdir", type=Path, help="keep the source copy and the lakehouse here (default: a temp dir)")
     ap.add_argument(
@@ -419,6 +431,8 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 < args.increment_percent < 100:
         ap.error("--increment-percent must be between 0 and 100")
     conf = dict(kv.split("=", 1) for kv in args.spark_conf)
+    for item in args.set:
+        _set_constant(ap, item)
 
     prefix = CACHE_PREFIX if args.segment_bytes == SEGMENT_BYTES else f"pipeline-seg{args.segment_bytes}"
     logs = generated(args.records, args.seed, prefix, segment_bytes=args.segment_bytes)
@@ -492,6 +506,7 @@ def _bench(args: argparse.Namespace, conf: dict[str, str], logs: Path, work: Pat
             "new_segments": len(split.new),
         },
         "stages": stages,
+        "constants_set": args.set,
         "spark_version": spark.version,
         "master": spark.sparkContext.master,
         "root": str(root),
@@ -524,6 +539,20 @@ def _bench(args: argparse.Namespace, conf: dict[str, str], logs: Path, work: Pat
         rules = next(r for r in runs if r["run"] == "increment")["quality_compared_with_full"]["rules"]
         print(f"the increment's quality outcomes equal a full validation's ({rules} rules compared)")
     return 0
+
+
+def _set_constant(ap: argparse.ArgumentParser, item: str) -> None:
+    """``--set MODULE.NAME=VALUE``: the constant must exist (a typo is an error, not a no-op)."""
+    name, _, text = item.partition("=")
+    module_name, _, attr = name.rpartition(".")
+    try:
+        module = importlib.import_module(module_name)
+        getattr(module, attr)
+        value = ast.literal_eval(text)
+    except (ImportError, AttributeError, ValueError, SyntaxError) as exc:
+        ap.error(f"--set {item}: {exc}")
+    setattr(module, attr, value)
+    print(f"set {name} = {value!r}", file=sys.stderr)
 
 
 @dataclass

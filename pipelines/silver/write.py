@@ -74,14 +74,22 @@ def insert_tables(
             frames.append(topic_names(spark, tables).persist())
         return frames[0]
 
+    # few rows that cannot be in the table (new ones, or a table that does not exist yet: what
+    # merge_insert appends): appended from the driver, without a Spark job, their topic names
+    # filled in Arrow, their blobs collected together
+    local = {
+        t
+        for t in todo
+        if result.rows[t] <= lake.LOCAL_WRITE_ROWS
+        and decoded.sizes.get(t, 0) <= lake.LOCAL_WRITE_BYTES
+        and (append or not table_exists(spark, tables, t))
+    }
+    decoded.prefetch(sorted(local))
+
     def insert(table: str) -> None:
         rows = result.rows[table]
         named = resolve and bool(resolved_columns(table))
-        # few rows that cannot be in the table (new ones, or a table that does not exist yet: what
-        # merge_insert appends): appended from the driver, without a Spark job, their topic names
-        # filled in Arrow
-        small = rows <= lake.LOCAL_WRITE_ROWS and decoded.sizes.get(table, 0) <= lake.LOCAL_WRITE_BYTES
-        if small and (append or not table_exists(spark, tables, table)):
+        if table in local:
             tables.ensure("silver", table)
             batch = decoded.arrow(table)
             if named:
