@@ -135,9 +135,15 @@ def decode_frame(rows: DataFrame, plan: DecodePlan) -> Decoded:
             .mapInArrow(functools.partial(decode_blobs, plan=plan), BLOB_DDL)
             .localCheckpoint(eager=True, storageLevel=lake.CHECKPOINT_LEVEL)
         )
-    listing = [tuple(r) for r in blobs.select("table", "rows", F.length(ipc_blobs.DATA)).collect()]
-    small = blobs.where(F.col("table").isin(INVENTORY, TOPIC_IDS)).select("table", "data").collect()
-    return _counted(Decoded(spark, blobs), listing, [(r["table"], r["data"]) for r in small], plan)
+    # one scan of the checkpoint: every blob's table, rows and bytes, and the census and topic id
+    # blobs themselves (each scan reads every blob)
+    small = F.when(F.col("table").isin(INVENTORY, TOPIC_IDS), F.col(ipc_blobs.DATA)).alias(ipc_blobs.DATA)
+    got = ipc_blobs.collect(blobs.select("table", "rows", F.length(ipc_blobs.DATA).alias("bytes"), small),
+                            "table", "rows", "bytes", ipc_blobs.DATA)  # fmt: skip
+    listing = list(zip(got["table"].to_pylist(), got["rows"].to_pylist(), got["bytes"].to_pylist(), strict=True))
+    census = got.filter(pc.is_in(got["table"], pa.array([INVENTORY, TOPIC_IDS])))
+    pairs = list(zip(census["table"].to_pylist(), census[ipc_blobs.DATA].to_pylist(), strict=True))
+    return _counted(Decoded(spark, blobs), listing, pairs, plan)
 
 
 def decode_arrow(spark: SparkSession, rows: pa.Table, plan: DecodePlan) -> Decoded:
