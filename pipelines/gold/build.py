@@ -648,21 +648,12 @@ def _write(
 class _Prefetch:
     """The output rows of the tables written from the driver, collected in as few scans of the
     replay's checkpoint as :data:`lake.LOCAL_WRITE_BYTES` allows: each scan reads every table's
-    blobs to find its own (at 10M records 387 MiB, 2.3-3.7 s of task time on 2 cores, 7 such scans
-    per build; docs/performance.md). A scan runs when a write first asks for one of its tables."""
+    blobs to find its own (at 10M records 387 MiB, 2.3-3.7 s of task time on 2 cores, and a build
+    made one per table; docs/performance.md). A scan runs when a write first asks for one of its tables."""
 
     def __init__(self, out: DataFrame, writes: dict[str, TableWrite], local: list[str], nbytes: dict[str, int]):
         self.out, self.writes = out, writes
-        self.scans: dict[str, tuple[str, ...]] = {}
-        scan: list[str] = []
-        size = 0
-        for table in sorted(local, key=lambda t: nbytes[t]):
-            if scan and size + nbytes[table] > lake.LOCAL_WRITE_BYTES:
-                self.scans.update(dict.fromkeys(scan, tuple(scan)))
-                scan, size = [], 0
-            scan.append(table)
-            size += nbytes[table]
-        self.scans.update(dict.fromkeys(scan, tuple(scan)))
+        self.scans = blobs.scans({t: nbytes[t] for t in local}, lake.LOCAL_WRITE_BYTES)
         self.fetched: dict[str, list[dict[str, Any]]] = {}
         self.lock = threading.Lock()
 

@@ -19,7 +19,7 @@ import pyarrow as pa
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["DATA", "ROWS_PER_TASK", "collect", "frame", "ipc", "unpack"]
+__all__ = ["DATA", "ROWS_PER_TASK", "collect", "frame", "ipc", "scans", "unpack"]
 
 DATA = "data"  # the binary column holding the IPC streams
 # rows one unpacking task takes before a write gets another (the frame's own partitions are the cap)
@@ -40,6 +40,23 @@ def collect(blobs: DataFrame, *columns: str) -> pa.Table:
     times (as bytes, as rows, as pickles): beside large writes and the checkpoint's cached blocks,
     that ran a 4 GB heap out at 30M records (docs/performance.md)."""
     return blobs.select(*columns).toArrow()
+
+
+def scans(sizes: dict[str, int], limit: int) -> dict[str, tuple[str, ...]]:
+    """Tables (name -> bytes of their blobs) grouped for collecting to the driver together, each
+    group at most ``limit`` bytes (a table over it alone): a table -> its group. A scan of a
+    checkpoint reads every blob to find the ones it wants, so one scan per group, not per table."""
+    out: dict[str, tuple[str, ...]] = {}
+    group: list[str] = []
+    size = 0
+    for name in sorted(sizes, key=lambda t: (sizes[t], t)):
+        if group and size + sizes[name] > limit:
+            out.update(dict.fromkeys(group, tuple(group)))
+            group, size = [], 0
+        group.append(name)
+        size += sizes[name]
+    out.update(dict.fromkeys(group, tuple(group)))
+    return out
 
 
 def unpack(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

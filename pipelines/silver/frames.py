@@ -69,17 +69,9 @@ class Decoded:
         """Collect the blobs of the tables ``names`` (each to be written from the driver) in as few
         scans of the checkpoint as :data:`lake.LOCAL_WRITE_BYTES` allows, not a scan per table:
         each scan reads every table's blobs to find its own (at 10M records 442 MiB, 2.5-4 s of
-        task time on 2 cores, 9 such scans per build; docs/performance.md). The scans run when
+        task time on 2 cores, and a build made one per table; docs/performance.md). The scans run when
         :meth:`arrow` first asks for one of their tables."""
-        scan: list[str] = []
-        size = 0
-        for name in sorted(names, key=lambda t: self.sizes.get(t, 0)):
-            if scan and size + self.sizes.get(name, 0) > lake.LOCAL_WRITE_BYTES:
-                self._scans.update(dict.fromkeys(scan, tuple(scan)))
-                scan, size = [], 0
-            scan.append(name)
-            size += self.sizes.get(name, 0)
-        self._scans.update(dict.fromkeys(scan, tuple(scan)))
+        self._scans.update(ipc_blobs.scans({t: self.sizes.get(t, 0) for t in names}, lake.LOCAL_WRITE_BYTES))
 
     def arrow(self, name: str) -> pa.Table:
         """The rows of one silver table that received rows, on the driver, in its declared
