@@ -33,6 +33,7 @@ from pipelines.errors import ConfigError, OffsetsLakehouseError
 from pipelines.generate import generate as run_generate
 from pipelines.inspect import inspect_segment, iter_record_json, totals
 from pipelines.runtime.config import STAGES
+from pipelines.runtime.storage import unreachable
 
 # The commands that touch the lakehouse import the runner (and with it Spark, Delta and Great
 # Expectations: seconds) when they run, so that inspect, generate, --help and a bad jobs.yaml
@@ -220,19 +221,12 @@ def error_message(exc: BaseException) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
-# what S3A (the AWS SDK), delta-rs and pyarrow say when the object store does not answer
-_CONNECT = re.compile(
-    r"(?:Connect to |request for url \(https?://|Error performing \w+ https?://)(?P<host>[\w.\-]+:\d+)"
-    r".{0,600}?(?P<why>Connection refused|timed out|Connection reset|No route to host)"
-    r"|NETWORK_CONNECTION.{0,300}?(?P<why2>Couldn't connect to server|Connection refused|timed out)",
-    re.S,
-)
 _WHERE = re.compile(r"(?P<uri>s3a?://[^\s:;,)]+)")
 
 
 def _store_unreachable(text: str) -> str | None:
     """One line for an object store that could not be reached, whichever client said so, or None."""
-    m = _CONNECT.search(re.sub(r"\x1b\[[0-9;]*m", "", text))
+    m = unreachable(text)
     if m is None:
         return None
     host = m.group("host") or os.environ.get("AWS_ENDPOINT_URL", "").split("://")[-1] or "its endpoint"

@@ -40,7 +40,7 @@ from pyspark.util import inheritable_thread_target
 
 from pipelines.errors import UnsupportedTable
 from pipelines.runtime.files import normalise
-from pipelines.runtime.storage import delta_rs_options
+from pipelines.runtime.storage import delta_rs_options, unreachable
 
 __all__ = [
     "LOCAL_WRITE_ROWS",
@@ -902,6 +902,10 @@ def write_arrow(rows: pa.Table, path: str, where: str | None = None, metadata: d
             return False
         schema = pa.schema(table.schema().to_arrow())
     except Exception as exc:  # any reason delta-rs cannot open it: Spark writes it
+        if unreachable(str(exc)):
+            # the store is gone: Spark's S3A would retry for minutes, past the stage lock's lease,
+            # and the run would end on the lock instead of on what happened
+            raise
         log.debug("delta-rs cannot write %s (%s): Spark writes it", path, exc)
         return False
     rows = rows.select(schema.names).cast(schema)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -41,7 +42,23 @@ __all__ = [
     "is_object_store",
     "reader_options",
     "split_uri",
+    "unreachable",
 ]
+
+# what S3A (the AWS SDK), delta-rs and pyarrow say when the object store does not answer
+_CONNECT = re.compile(
+    r"(?:Connect to |request for url \(https?://|Error performing \w+ https?://)(?P<host>[\w.\-]+:\d+)"
+    r".{0,600}?(?P<why>Connection refused|timed out|Connection reset|No route to host)"
+    r"|NETWORK_CONNECTION.{0,300}?(?P<why2>Couldn't connect to server|Connection refused|timed out)",
+    re.S,
+)
+
+
+def unreachable(text: str) -> re.Match[str] | None:
+    """Where an error's text says the object store did not answer: ``host`` and ``why`` (or
+    ``why2``) groups, whichever client (S3A, delta-rs, pyarrow) said so; None otherwise."""
+    return _CONNECT.search(re.sub(r"\x1b\[[0-9;]*m", "", text))
+
 
 log = logging.getLogger("offsets_lakehouse")
 

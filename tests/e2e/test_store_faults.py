@@ -80,7 +80,7 @@ def assert_failed_clearly(point: str, result: subprocess.CompletedProcess[str]) 
     # the message names what could not be reached
     assert re.match(
         r"error: the object store at 127\.0\.0\.1:\d+ could not be reached: Connection refused", errors[0]
-    ), errors[0]
+    ), (point, errors[0], result.stderr[-3000:])
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
 
 

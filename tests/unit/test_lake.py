@@ -103,3 +103,18 @@ def test_a_passing_store_failure_is_done_again_but_an_unreachable_store_is_not()
     assert conflict(Exception("Server returned non-2xx status code: 503 Slow Down")) == "the store answered 503"
     assert conflict(Exception("Server returned non-2xx status code: 403 Forbidden")) is None
     assert conflict(Exception("Connect to 127.0.0.1:9000 failed: Connection refused")) is None
+
+
+def test_write_arrow_raises_for_a_store_that_does_not_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """delta-rs failing to open a table falls back to Spark (False), except when the store is gone:
+    then the error surfaces at once, where Spark's S3A would retry past the stage lock's lease."""
+    import pyarrow as pa
+
+    from pipelines.runtime.storage import unreachable
+
+    for key, value in {"AWS_ENDPOINT_URL": "http://127.0.0.1:1", "AWS_ACCESS_KEY_ID": "k",
+                       "AWS_SECRET_ACCESS_KEY": "s", "AWS_REGION": "us-east-1"}.items():  # fmt: skip
+        monkeypatch.setenv(key, value)
+    with pytest.raises(OSError) as gone:
+        lake.write_arrow(pa.table({"n": [1]}), "s3://bucket/table")
+    assert unreachable(str(gone.value)) is not None
