@@ -324,9 +324,9 @@ def _replay_function(
             where = ("offsets_partition", part)
             return iter_parquet(uris, sources[table], ("record_offset", after), ("timestamp",), where)
 
-        def persisted_bucket(table: str) -> pa.Table | None:
-            """A bucket's persisted rows, read in chunks keeping its own (no cache: a bucket's rows
-            are its alone, and the files hold the whole partition's)."""
+        def persisted_chunks(table: str) -> Iterator[pa.Table] | None:
+            """The partition's persisted rows (open intervals only, for an interval table), in
+            chunks with ``offsets_partition``; None when the table has no file to read."""
             uris = files["gold"].get(table)
             if not uris:
                 return None
@@ -334,19 +334,18 @@ def _replay_function(
             chunks = iter_parquet(uris, schema, equal=("offsets_partition", part))
             if table in INTERVALS:
                 chunks = (c.filter(pc.is_null(c.column(INTERVALS[table]))) for c in chunks)
-            rows = keep_bucket(chunks, buckets, bucket)
+            return chunks
+
+        def persisted_bucket(table: str) -> pa.Table | None:
+            """A bucket's persisted rows, read in chunks keeping its own (no cache: a bucket's rows
+            are its alone, and the files hold the whole partition's)."""
+            chunks = persisted_chunks(table)
+            rows = None if chunks is None else keep_bucket(chunks, buckets, bucket)
             return None if rows is None else rows.select(state[table].names)
 
         def persisted_whole(table: str) -> pa.Table | None:
             """The partition's persisted rows, read in chunks (for :func:`split_buckets`)."""
-            uris = files["gold"].get(table)
-            if not uris:
-                return None
-            schema = state[table].append(pa.field("offsets_partition", pa.int32()))
-            chunks = iter_parquet(uris, schema, equal=("offsets_partition", part))
-            if table in INTERVALS:
-                chunks = (c.filter(pc.is_null(c.column(INTERVALS[table]))) for c in chunks)
-            parts = [c.select(state[table].names) for c in chunks if c.num_rows]
+            parts = [c.select(state[table].names) for c in persisted_chunks(table) or () if c.num_rows]
             return pa.concat_tables(parts) if parts else None
 
         def bucket_facts(facts: PartitionFacts, events: pa.Table) -> dict[str, Any]:
