@@ -11,7 +11,7 @@ partitions took 1.1 s, from one 0.27 s), so a write gets as few tasks as its row
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -19,7 +19,7 @@ import pyarrow as pa
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["DATA", "ROWS_PER_TASK", "collect", "frame", "ipc", "scans", "unpack"]
+__all__ = ["DATA", "ROWS_PER_TASK", "collect", "frame", "ipc", "scans", "tasks", "unpack", "unpacked"]
 
 DATA = "data"  # the binary column holding the IPC streams
 # rows one unpacking task takes before a write gets another (the frame's own partitions are the cap)
@@ -67,10 +67,25 @@ def unpack(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
                 yield from pa.ipc.open_stream(blob)
 
 
-def frame(blobs: DataFrame, ddl: str, rows: int | None = None) -> DataFrame:
-    """The rows of ``blobs``' IPC streams as a DataFrame with columns ``ddl``. ``rows``: how many
-    they hold, when known; the unpacking then runs in ``ceil(rows / ROWS_PER_TASK)`` tasks (at
-    least one, at most the partitions ``blobs`` has)."""
+def unpacked(
+    batches: Iterable[pa.RecordBatch], fill: Callable[[pa.Table], pa.Table] | None = None
+) -> Iterator[pa.Table]:
+    """:func:`unpack`'s rows as tables, each passed through ``fill`` where given: what a task
+    writing a table's files itself makes of its blobs (:func:`pipelines.runtime.lake.append_from_tasks`)."""
+    for batch in unpack(batches):
+        rows = pa.Table.from_batches([batch])
+        yield fill(rows) if fill is not None else rows
+
+
+def tasks(blobs: DataFrame, rows: int | None = None) -> DataFrame:
+    """``blobs``' :data:`DATA` in as few partitions as their ``rows`` need (when known):
+    ``ceil(rows / ROWS_PER_TASK)``, at least one, at most the partitions ``blobs`` has."""
     if rows is not None:
         blobs = blobs.coalesce(max(1, math.ceil(rows / ROWS_PER_TASK)))
-    return blobs.select(DATA).mapInArrow(unpack, ddl)
+    return blobs.select(DATA)
+
+
+def frame(blobs: DataFrame, ddl: str, rows: int | None = None) -> DataFrame:
+    """The rows of ``blobs``' IPC streams as a DataFrame with columns ``ddl``, unpacked in the
+    tasks :func:`tasks` gives them (``rows``: how many they hold, when known)."""
+    return tasks(blobs, rows).mapInArrow(unpack, ddl)

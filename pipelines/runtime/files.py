@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyarrow import fs
 
-__all__ = ["exists", "filesystem", "normalise", "read_parquet", "upload_tree", "write_bytes"]
+__all__ = ["exists", "filesystem", "normalise", "plain_types", "read_parquet", "upload_tree", "write_bytes"]
 
 
 def normalise(uri: str) -> str:
@@ -72,6 +72,13 @@ def upload_tree(local: Path, uri: str) -> int:
         write_bytes(f"{uri.rstrip('/')}/{path.relative_to(local).as_posix()}", path.read_bytes())
         count += 1
     return count
+
+
+def plain_types(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with string and binary views as plain strings and binaries: delta-rs returns
+    views, the rest of the pipeline (and Spark, and Parquet) speaks plain ones."""
+    plain = {pa.string_view(): pa.string(), pa.binary_view(): pa.binary()}
+    return pa.schema([pa.field(f.name, plain.get(f.type, f.type), f.nullable, f.metadata) for f in schema])
 
 
 def _floor_ms(column: pa.ChunkedArray | pa.Array) -> pa.Array:

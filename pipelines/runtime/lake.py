@@ -39,7 +39,8 @@ from pyspark.sql.types import StructType
 from pyspark.util import inheritable_thread_target
 
 from pipelines.errors import UnsupportedTable
-from pipelines.runtime.files import normalise
+from pipelines.runtime import taskwrite
+from pipelines.runtime.files import normalise, plain_types
 from pipelines.runtime.storage import delta_rs_options, unreachable
 
 __all__ = [
@@ -49,6 +50,7 @@ __all__ = [
     "any_rows",
     "append",
     "append_counted",
+    "append_from_tasks",
     "changes",
     "changes_arrow",
     "commit_empty",
@@ -97,7 +99,7 @@ SKIP_EMPTY_CONF = "spark.databricks.delta.skipRecordingEmptyCommits"
 REPLACE_WHERE_CHECK_CONF = "spark.databricks.delta.replaceWhere.constraintCheck.enabled"
 # table features delta-rs honours when it writes (:func:`write_arrow`); a table with others is
 # written by Spark
-LOCAL_WRITER_FEATURES = {"appendOnly", "invariants", "changeDataFeed", "timestampNtz"}
+LOCAL_WRITER_FEATURES = taskwrite.WRITER_FEATURES
 # a layer writes a commit of at most this many rows from the driver (:func:`write_arrow`), larger
 # ones with Spark, whose tasks write in parallel and spare the driver holding the rows. delta-rs
 # appended 463k rows of 7 columns in 0.16 s; Spark's writes of silver's three tables of 263k-463k
@@ -497,10 +499,8 @@ def _rs_table_or_none(path: str, version: int | None = None) -> Any:
 def _plain_strings(table: pa.Table) -> pa.Table:
     """delta-rs returns string and binary views; the rest of the pipeline (and Spark) speaks plain
     strings and binaries."""
-    plain = {pa.string_view(): pa.string(), pa.binary_view(): pa.binary()}
-    if not any(f.type in plain for f in table.schema):
-        return table
-    return table.cast(pa.schema([pa.field(f.name, plain.get(f.type, f.type), f.nullable) for f in table.schema]))
+    schema = plain_types(table.schema)
+    return table if schema.equals(table.schema) else table.cast(schema)
 
 
 def version(spark: SparkSession, path: str) -> int | None:
@@ -805,6 +805,27 @@ def retry_conflicts(
 def append(frame: DataFrame, path: str) -> None:
     """Append ``frame``'s rows (one commit): for rows the caller knows are new."""
     frame.write.format("delta").mode("append").save(path)
+
+
+def append_from_tasks(
+    spark: SparkSession,
+    frame: DataFrame,
+    path: str,
+    rows_of: Callable[[Iterable[pa.RecordBatch]], Iterable[pa.RecordBatch | pa.Table]],
+) -> int | None:
+    """Append the rows ``rows_of`` makes of ``frame``'s Arrow batches, written as Parquet by
+    ``frame``'s tasks and committed by the driver (:mod:`pipelines.runtime.taskwrite`): for the
+    large tables Python tasks produce, whose Spark write converts every row to the JVM's and back.
+    Returns the rows written; None, and nothing written, when the tasks must not write the table
+    (the caller then writes with :func:`append`). Inside :func:`commit_metadata`, the commit carries
+    its metadata."""
+    metadata = None
+    if inherited := spark.conf.get(METADATA_CONF, None):
+        try:
+            metadata = json.loads(inherited)
+        except ValueError:  # not ours: only Spark's writer carries it as it is
+            return None
+    return taskwrite.append(frame, path, rows_of, metadata)
 
 
 def append_counted(spark: SparkSession, path: str, frame: DataFrame) -> int:

@@ -4,8 +4,12 @@ commit metadata gold's plan reads — and what delta-rs cannot write is left to 
 
 from __future__ import annotations
 
+import json
+from datetime import datetime, timedelta, timezone
+
 import pyarrow as pa
 import pytest
+from pyspark.sql import DataFrame
 
 from pipelines.runtime import lake
 
@@ -93,3 +97,92 @@ def test_write_rows_carries_the_metadata_of_the_context_it_runs_in(spark, tmp_pa
     lake.write_rows(spark, _rows("a", 0, range(2, 3)), path, schema, metadata={"validated": {"silver": 4}})
     assert lake.latest_metadata(spark, path) == {"validated": {"silver": 4}}
     assert len(_spark_rows(spark, path)) == 3
+
+
+# -- lake.append_from_tasks: large appends whose files the tasks write ----------------------------------
+TASK_DDL = (
+    "cluster STRING NOT NULL, offsets_partition INT NOT NULL, record_offset BIGINT NOT NULL, "
+    "timestamp TIMESTAMP, note STRING, tags ARRAY<STRUCT<tag: BIGINT, data: BINARY>>"
+)
+
+
+def _task_rows(batches):
+    """A task's rows, made of its input (task numbers): 40 rows per task over two clusters and
+    two offsets partitions, sub-millisecond timestamps, a NOT NULL column the caller can break."""
+    start = datetime(2024, 5, 1, tzinfo=timezone.utc)
+    for batch in batches:
+        for task in batch.column("task").to_pylist():
+            n = range(task * 40, task * 40 + 40)
+            yield pa.table(
+                {
+                    "cluster": ["a b/c" if i % 2 else "plain" for i in n],
+                    "offsets_partition": pa.array([i % 4 // 2 for i in n], pa.int32()),
+                    "record_offset": [None if task < 0 else i * 3 for i in n],
+                    "timestamp": [None if i % 7 == 0 else start + timedelta(microseconds=i * 1_001_001) for i in n],
+                    "note": [None if i % 5 == 0 else f"note-{i % 9}" for i in n],
+                    "tags": [[{"tag": i, "data": b"\x01"}] if i % 3 == 0 else None for i in n],
+                }
+            )
+
+
+def _tasks_frame(spark, tasks: list[int]):
+    return spark.createDataFrame([(t,) for t in tasks], "task INT").repartition(len(tasks))
+
+
+def _file_stats(spark, path: str) -> dict:
+    """(cluster, offsets_partition) -> the statistics Delta's log holds for its one file, as Spark reads them."""
+    files = DataFrame(lake._snapshot(spark, path).allFiles().toDF(), spark).select("partitionValues", "stats")
+    out = {}
+    for r in files.collect():
+        key = (r["partitionValues"]["cluster"], r["partitionValues"]["offsets_partition"])
+        assert key not in out
+        out[key] = json.loads(r["stats"])
+    return out
+
+
+def test_appends_from_tasks_read_back_by_spark_with_spark_s_statistics(spark, tmp_path) -> None:
+    ours, theirs = str(tmp_path / "tasks"), str(tmp_path / "spark")
+    for path in (ours, theirs):
+        spark.sql(f"CREATE TABLE delta.`{path}` ({TASK_DDL}) USING delta PARTITIONED BY (cluster, offsets_partition) "
+                  "TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')")  # fmt: skip
+    with lake.commit_metadata(spark, {"silver_versions": {"t": 3}}):
+        assert lake.append_from_tasks(spark, _tasks_frame(spark, [0]), ours, _task_rows) == 40
+    # the same rows written by Spark, in one task too: one file per partition on both sides
+    rows = pa.concat_tables(_task_rows([pa.record_batch({"task": [0]})]))
+    spark.createDataFrame(rows.to_pandas(), TASK_DDL).coalesce(1).write.format("delta").mode("append").save(theirs)
+    assert _spark_rows(spark, ours) == _spark_rows(spark, theirs)
+    assert lake.latest_metadata(spark, ours) == {"silver_versions": {"t": 3}}
+    # the statistics Spark's data skipping reads: as Spark's own, the timestamps' maximum rounded
+    # up where Spark's is rounded down (both bound the values; Spark adds the millisecond when reading)
+    got, want = _file_stats(spark, ours), _file_stats(spark, theirs)
+    assert set(got) == set(want) and len(got) == 4
+    for key, stats in want.items():
+        assert got[key]["numRecords"] == stats["numRecords"] == 10
+        assert got[key]["nullCount"] == stats["nullCount"]  # none for the nested column, as Spark
+        for bound in ("minValues", "maxValues"):
+            mine = {k: v for k, v in got[key][bound].items() if k != "timestamp"}
+            assert mine == {k: v for k, v in stats[bound].items() if k != "timestamp"}, (key, bound)
+        assert got[key]["minValues"]["timestamp"] == stats["minValues"]["timestamp"]
+        assert got[key]["maxValues"]["timestamp"] >= stats["maxValues"]["timestamp"]
+    # a filter Spark answers by skipping files on those statistics
+    assert spark.read.format("delta").load(ours).where("record_offset BETWEEN 30 AND 33").count() == 2
+    # the change data feed shows the append as inserts; then more tasks append beside Spark
+    feed = lake.changes(spark, ours, 1, 1).select("_change_type").distinct().collect()
+    assert [r[0] for r in feed] == ["insert"]
+    assert lake.append_from_tasks(spark, _tasks_frame(spark, [1, 2]), ours, _task_rows) == 80
+    assert len(_spark_rows(spark, ours)) == 120
+
+
+def test_appends_from_tasks_refuse_what_spark_would_and_leave_what_they_cannot_write(spark, tmp_path) -> None:
+    path = str(tmp_path / "t")
+    spark.sql(f"CREATE TABLE delta.`{path}` ({TASK_DDL}) USING delta PARTITIONED BY (cluster)")
+    before = lake.version(spark, path)
+    # a task whose rows break NOT NULL fails the write, and nothing is committed
+    with pytest.raises(Exception, match="NOT NULL constraint violated for column: record_offset"):
+        lake.append_from_tasks(spark, _tasks_frame(spark, [0, -1]), path, _task_rows)
+    assert lake.version(spark, path) == before
+    # a CHECK constraint is Spark's to enforce: the tasks write nothing, the caller appends with Spark
+    spark.sql(f"ALTER TABLE delta.`{path}` ADD CONSTRAINT positive CHECK (record_offset >= 0)")
+    before = lake.version(spark, path)
+    assert lake.append_from_tasks(spark, _tasks_frame(spark, [0]), path, _task_rows) is None
+    assert lake.version(spark, path) == before and not _spark_rows(spark, path)
