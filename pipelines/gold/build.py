@@ -627,6 +627,10 @@ def _write(
             picked = out.where((F.col("table") == table) & _picked(w))
             if small and fetch is not None and _write_locally(path, schemas[table], fetch.rows(table), w, fill):
                 return
+            if w.where is None:  # an append: the tasks unpacking the rows write the table's files
+                rows_of = functools.partial(blobs.unpacked, fill=fill)
+                if lake.append_from_tasks(spark, blobs.tasks(picked, count[table]), path, rows_of) is not None:
+                    return
             rows = blobs.frame(picked, tables.spec("gold", table).ddl_columns(), count[table])
             if table in NAMED and names is not None:
                 rows = fill_topic_names(rows, list(NAMED[table]), names)

@@ -65,6 +65,13 @@ class Decoded:
             return self.spark.createDataFrame(self.arrow(name), ddl)
         return ipc_blobs.frame(self.blobs.where(F.col("table") == name), ddl, self.counts.get(name))
 
+    def tasks(self, name: str) -> DataFrame | None:
+        """The checkpointed blobs of one table, in the tasks its rows need (:func:`ipc_blobs.tasks`):
+        what tasks writing the table's files themselves read; None when decoded on the driver."""
+        if self.blobs is None:
+            return None
+        return ipc_blobs.tasks(self.blobs.where(F.col("table") == name), self.counts.get(name))
+
     def prefetch(self, names: Sequence[str]) -> None:
         """Collect the blobs of the tables ``names`` (each to be written from the driver) in as few
         scans of the checkpoint as :data:`lake.LOCAL_WRITE_BYTES` allows, not a scan per table:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import TYPE_CHECKING
 
+from pipelines.runtime import blobs as ipc_blobs
 from pipelines.runtime import faults, lake
 from pipelines.silver.contract import DATA_TABLES, KEY, MEMBER_KEY, MEMBER_TABLE, SilverResult
 from pipelines.silver.store import table_exists
@@ -96,6 +98,16 @@ def insert_tables(
                 batch = fill_topic_names_arrow(batch, named_arrays(table), names_map)
             if lake.write_arrow(batch, tables.path("silver", table)):
                 result.inserted[table] = rows
+                return
+        blobs = decoded.tasks(table)
+        if blobs is not None and (append or not table_exists(spark, tables, table)):
+            # many rows that cannot be in the table: the tasks unpacking them write its files
+            tables.ensure("silver", table)
+            fill = functools.partial(fill_topic_names_arrow, arrays=named_arrays(table), names=names_map)
+            rows_of = functools.partial(ipc_blobs.unpacked, fill=fill if named else None)
+            written = lake.append_from_tasks(spark, blobs, tables.path("silver", table), rows_of)
+            if written is not None:
+                result.inserted[table] = written
                 return
         frame = decoded.table(tables, table)
         if named:
