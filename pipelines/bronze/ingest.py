@@ -24,13 +24,12 @@ from pyspark import StorageLevel
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from pipelines.bronze import file_log
+from pipelines.bronze import direct, file_log
 from pipelines.bronze.dump_source import ingest_dump
 from pipelines.bronze.fs import RemoteSegment, crc_at, list_segments
 from pipelines.bronze.kafka_source import ingest_kafka
 from pipelines.bronze.segments_source import (
     FILE_CHANGED,
-    PROGRESS_COLUMNS,
     ByteRange,
     arrow_schema,
     cluster_for,
@@ -46,23 +45,10 @@ if TYPE_CHECKING:
     from pipelines.runtime.tables import Tables
 
 log = logging.getLogger(__name__)
-PROGRESS_ROW = ("cluster", "partition", "source_uri", *PROGRESS_COLUMNS)
 # a read of at most this many bytes runs on the driver and is appended by delta-rs: Spark's
 # Python workers, its persisted read and its write cost 8-12 s of the 200k-record demo's bronze
 # (22 MiB), the driver 2-3 s (docs/performance.md); larger reads are spread over Spark's tasks
 LOCAL_READ_BYTES = 64 << 20
-# the read's columns a read issue is recorded with, as bronze.read_issues names them
-ISSUE_COLUMNS = {
-    "cluster": "cluster",
-    "partition": "partition",
-    "source_uri": "source_uri",
-    "batch_position": "position",
-    "issue_length": "length",
-    "issue_kind": "kind",
-    "issue_reason": "reason",
-    "issue_detail": "detail",
-    "last_segment": "last_segment",
-}
 
 
 # -- sources ------------------------------------------------------------------------------------------
@@ -86,7 +72,7 @@ def ingest_segments(
     result.files = file_log.counts(plans)
     result.bytes_read = sum(r.end - r.start for r in ranges)
     faults.point("bronze.listed_before_read")  # where a test changes files under the reader
-    read = _read_local if result.bytes_read <= LOCAL_READ_BYTES else _read
+    read = _read_local if result.bytes_read <= LOCAL_READ_BYTES else _read_in_tasks
     progress, changed = read(spark, tables, name, source, run_id, ranges, result) if ranges else ([], set())
     _note_changes(result, plans, progress, changed)
     after = file_log.logged_after(plans, progress, name, run_id, changed)
@@ -103,6 +89,21 @@ def _cluster_of(seg: RemoteSegment, source: SegmentsSource) -> str:
             "(segments must sit in __consumer_offsets-<N> directories)"
         )
     return cluster_for(seg.uri, source.cluster, source.cluster_from_path)
+
+
+def _read_in_tasks(
+    spark: SparkSession,
+    tables: Tables,
+    name: str,
+    source: SegmentsSource,
+    run_id: str,
+    ranges: list[ByteRange],
+    result: IngestResult,
+) -> tuple[list[dict[str, Any]], set[str]]:
+    """A large read: by tasks that write bronze's files themselves where that is what the sink
+    would write (pipelines/bronze/direct.py), else through the sink (:func:`_read`)."""
+    done = direct.read_and_write(spark, tables, name, source, run_id, ranges, result)
+    return done if done is not None else _read(spark, tables, name, source, run_id, ranges, result)
 
 
 def _read(
@@ -128,8 +129,8 @@ def _read(
     try:
         with result.steps("read"):  # the first action materialises the persisted read
             found = raw.where(f"row_kind = 'progress' OR issue_kind = '{FILE_CHANGED}'")
-            found = found.select("row_kind", *PROGRESS_ROW).collect()
-        progress, changed = _found([r.asDict() for r in found])
+            found = found.select("row_kind", *direct.PROGRESS_ROW).collect()
+        progress, changed = direct.found([r.asDict() for r in found])
         coverage = file_log.coverage(progress)
         kept = raw.where(~F.col("source_uri").isin(sorted(changed))) if changed else raw
         records = (
@@ -143,7 +144,7 @@ def _read(
             F.col("row_kind").eqNullSafe("issue")
             & (F.col("issue_kind").eqNullSafe(FILE_CHANGED) | ~F.col("source_uri").isin(sorted(changed)))
         ).select(
-            *[F.col(column).alias(alias) for column, alias in ISSUE_COLUMNS.items()],
+            *[F.col(column).alias(alias) for column, alias in direct.ISSUE_COLUMNS.items()],
             F.lit(run_id).alias("run_id"),
             F.current_timestamp().alias("detected_at"),
         )
@@ -160,15 +161,6 @@ def _read(
     finally:
         raw.unpersist()
     return progress, changed
-
-
-def _found(found: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], set[str]]:
-    """The ranges' progress rows and the files that changed under the reader, from the read's
-    progress rows and ``file_changed`` issues. A file that is not the one listed any more: nothing
-    read of it is kept (file_log keeps its previous row, so the next run plans it afresh, as if the
-    change came before this run)."""
-    changed = {r["source_uri"] for r in found if r["row_kind"] == "issue"}
-    return [r for r in found if r["row_kind"] == "progress" and r["source_uri"] not in changed], changed
 
 
 def _read_local(
@@ -189,26 +181,11 @@ def _read_local(
             b for r in ranges for b in read_range(r, cluster_for(r.uri, source.cluster, source.cluster_from_path))
         ]
         raw = pa.Table.from_batches(batches, schema)
-        kind = raw["row_kind"]
-        found = pc.or_(pc.equal(kind, "progress"), pc.fill_null(pc.equal(raw["issue_kind"], FILE_CHANGED), False))
-        progress, changed = _found(raw.filter(found).select(["row_kind", *PROGRESS_ROW]).to_pylist())
+        progress, changed, issues = direct.sides(raw, run_id)
         coverage = file_log.coverage(progress)
         from_changed = pc.is_in(raw["source_uri"], pa.array(sorted(changed), pa.string()))
-        now = pa.scalar(datetime.now(timezone.utc), pa.timestamp("us", tz="UTC"))
-        records = raw.filter(pc.and_(pc.equal(kind, "record"), pc.invert(from_changed)))
-        n = records.num_rows
-        records = (
-            records.append_column("resolved_by_broker", pa.repeat(pa.scalar(False), n))
-            .append_column("source_kind", pa.repeat(pa.scalar("segments"), n))
-            .append_column("run_id", pa.repeat(pa.scalar(run_id), n))
-            .append_column("ingested_at", pa.repeat(now, n))
-        )
-        issue = pc.and_(
-            pc.equal(kind, "issue"),
-            pc.or_(pc.equal(raw["issue_kind"], FILE_CHANGED), pc.invert(from_changed)),
-        )
-        issues = raw.filter(issue).select(list(ISSUE_COLUMNS)).rename_columns(list(ISSUE_COLUMNS.values()))
-        issues = issues.append_column("run_id", pa.repeat(pa.scalar(run_id), issues.num_rows))
+        records = raw.filter(pc.and_(pc.equal(raw["row_kind"], "record"), pc.invert(from_changed)))
+        records = direct.run_columns(records, run_id, datetime.now(timezone.utc))
     result.issues = issues.to_pylist()
     if result.issues:
         frame = spark.createDataFrame(issues).withColumn("detected_at", F.current_timestamp())

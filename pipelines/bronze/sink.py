@@ -121,7 +121,7 @@ def merge_records(
     rows = rows.select(*bronze_columns(tables))
     if coverage is None or not coverage.unique:
         rows = rows.dropDuplicates(list(KEY))
-    if coverage is not None and not _may_hold(spark, path, coverage):
+    if coverage is not None and not may_hold(spark, path, coverage):
         return _append(spark, path, rows, commit_metadata), 0
     where = None if coverage is None else lake.offset_ranges_predicate(coverage.spans)
     rows = rows.persist()  # read twice: the conflict check and the MERGE
@@ -157,7 +157,7 @@ def append_arrow(
     tables.ensure("bronze", "conflicts")
     path = tables.path("bronze", "offsets_records")
     rows = rows.select(bronze_columns(tables))
-    if coverage.unique and not _may_hold(spark, path, coverage):
+    if coverage.unique and not may_hold(spark, path, coverage):
         _before_commit(rows, path)
         if lake.write_arrow(rows, path, metadata=commit_metadata):
             faults.point("bronze.after_commit")
@@ -171,7 +171,7 @@ def _orphan_files(rows: pa.Table, path: str) -> None:
     pq.write_table(rows, f"{root}/part-00000-{uuid.uuid4()}.c000.snappy.parquet", filesystem=filesys)
 
 
-def _may_hold(spark: SparkSession, path: str, coverage: Coverage) -> bool:
+def may_hold(spark: SparkSession, path: str, coverage: Coverage) -> bool:
     """Whether bronze may hold a row in the coverage's spans: not when none of its data files of
     those partitions has an offset range meeting a span (the Delta log's file statistics, no data
     file read; a file without statistics may hold anything)."""
