@@ -565,6 +565,17 @@ class Layout:
     columns: frozenset[str]
 
 
+def arrow_schema(path: str, version: int | None = None) -> pa.Schema | None:
+    """The table's columns (at ``version``) as Arrow types, partition columns included, read from
+    its Delta log by delta-rs; None when there is no table or delta-rs cannot read it."""
+    try:
+        table = _rs_table_or_none(path, version)
+    except Exception as exc:
+        log.debug("delta-rs cannot read the schema of %s (%s)", path, exc)
+        return None
+    return None if table is None else plain_types(pa.schema(table.schema().to_arrow()))
+
+
 def layout(path: str) -> Layout | None:
     """The table's properties and columns, read from its Delta log by delta-rs (milliseconds; Spark
     loads a snapshot, 0.2-0.5 s); None when there is no table. Raises when delta-rs cannot read it."""

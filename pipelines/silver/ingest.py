@@ -38,7 +38,7 @@ from pyspark.errors import AnalysisException
 from pipelines.runtime import faults, lake
 from pipelines.silver.contract import BRONZE, DATA_TABLES, SilverResult
 from pipelines.silver.decode import INPUT_COLUMNS, DecodePlan, build_plan
-from pipelines.silver.frames import LOCAL_DECODE_ROWS, Decoded, decode_arrow, decode_frame
+from pipelines.silver.frames import LOCAL_DECODE_ROWS, Decoded, decode_arrow, decode_files, decode_frame
 from pipelines.silver.inventory import add_to_inventory, replace_inventory, update_inventory
 from pipelines.silver.progress import finish, progress_state, write_progress
 from pipelines.silver.topics import named_rows_in, resolve_topic_names, update_topic_ids
@@ -84,7 +84,8 @@ def _decode_snapshot(spark: SparkSession, path: str, latest: int, plan: DecodePl
         snapshot = lake.read_arrow(spark, path, INPUT_COLUMNS, at=latest)
         if snapshot is not None:
             return decode_arrow(spark, snapshot, plan)
-    return decode_frame(lake.read_at(spark, path, latest), plan)
+    decoded = decode_files(spark, path, latest, plan)
+    return decoded if decoded is not None else decode_frame(lake.read_at(spark, path, latest), plan)
 
 
 # -- the stage -------------------------------------------------------------------------------------

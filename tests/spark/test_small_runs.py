@@ -19,6 +19,7 @@ from pipelines.gold.build import GOLD_TABLES, run_gold
 from pipelines.runtime import lake
 from pipelines.runtime.config import SegmentsSource
 from pipelines.runtime.tables import Tables
+from pipelines.silver import frames as silver_frames
 from pipelines.silver import ingest as silver_ingest
 from pipelines.silver.contract import DATA_TABLES
 from pipelines.silver.ingest import run_silver
@@ -63,7 +64,15 @@ def test_the_driver_and_spark_paths_write_the_same_tables(spark, tmp_path, monke
     monkeypatch.setattr(bronze_ingest, "LOCAL_READ_BYTES", -1)  # every read in Spark's tasks
     monkeypatch.setattr(silver_ingest, "LOCAL_DECODE_ROWS", -1)  # every decode in Spark's tasks
     monkeypatch.setattr(gold_build, "LOCAL_REPLAY_ROWS", -1)  # every replay in Spark's tasks
+    from_files = []  # the snapshot's decode: its tasks read bronze's files themselves
+
+    def decode_files(*args, **kwargs):
+        from_files.append(silver_frames.decode_files(*args, **kwargs))
+        return from_files[-1]
+
+    monkeypatch.setattr(silver_ingest, "decode_files", decode_files)
     tasks, task_modes, task_jobs, task_replays = build(spark, tmp_path / "tasks", logs)
+    assert len(from_files) == 1 and from_files[0] is not None
 
     assert local_modes == task_modes == ["snapshot", "incremental"]
     assert local_replays == mixed_replays == ["driver", "driver"] and task_replays == ["spark", "spark"]
