@@ -23,8 +23,8 @@ import pytest
 from bench.common import gold_differences
 from pipelines.generate import generate
 from pipelines.runtime.tables import Tables
-from tests.support.jvm import SHORT_RUN_JVM_YAML
 from tests.support import tasks_only
+from tests.support.jvm import SHORT_RUN_JVM_YAML
 from tests.support.store import Store, moto_store, session_conf
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,8 +1,8 @@
 """Run the CLI with every read, decode, replay and large write in Spark's tasks, none on the driver.
 
 A test's log is small, so a run would take the driver's shortcuts (bronze ``LOCAL_READ_BYTES``,
-silver ``LOCAL_DECODE_ROWS``, gold ``LOCAL_REPLAY_ROWS``, delta-rs commits up to
-``lake.LOCAL_WRITE_ROWS``); a test that must prove the executors' side (a cluster whose workers
+silver ``LOCAL_DECODE_ROWS``, gold ``LOCAL_REPLAY_ROWS``, the data tables' delta-rs commits up
+to ``lake.LOCAL_WRITE_BYTES``); a test that must prove the executors' side (a cluster whose workers
 see only the object store) runs ``python -c COMMAND run ...`` instead of the CLI, which sets those
 bounds in the CLI's own process and then calls it.
 """
@@ -22,5 +22,5 @@ def cli() -> None:
     bronze_ingest.LOCAL_READ_BYTES = -1
     silver_ingest.LOCAL_DECODE_ROWS = -1
     gold_build.LOCAL_REPLAY_ROWS = -1
-    lake.LOCAL_WRITE_ROWS = -1
+    lake.LOCAL_WRITE_BYTES = -1  # the data tables' writes; control tables stay delta-rs commits
     main()
