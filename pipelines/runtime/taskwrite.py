@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pyarrow import fs
 
 from pipelines.runtime.files import filesystem, normalise, plain_types
 
@@ -224,7 +225,7 @@ class _File:
         rows = pa.concat_tables(self.pending).select([f.name for f in self.columns])
         if self.writer is None:
             filesys, path = filesystem(f"{target.root}/{self.relative}")
-            if type(filesys).__name__ == "LocalFileSystem":
+            if isinstance(filesys, fs.LocalFileSystem):
                 filesys.create_dir(path.rsplit("/", 1)[0], recursive=True)
             self.sink = filesys.open_output_stream(path)
             self.writer = pq.ParquetWriter(self.sink, pa.schema(self.columns), compression=target.compression)
