@@ -41,7 +41,7 @@ from pyspark.util import inheritable_thread_target
 from pipelines.errors import UnsupportedTable
 from pipelines.runtime import taskwrite
 from pipelines.runtime.files import normalise, plain_types
-from pipelines.runtime.storage import delta_rs_options, unreachable
+from pipelines.runtime.storage import delta_rs_options
 
 __all__ = [
     "LOCAL_WRITE_ROWS",
@@ -97,9 +97,6 @@ log = logging.getLogger("offsets_lakehouse")
 METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 SKIP_EMPTY_CONF = "spark.databricks.delta.skipRecordingEmptyCommits"
 REPLACE_WHERE_CHECK_CONF = "spark.databricks.delta.replaceWhere.constraintCheck.enabled"
-# table features delta-rs honours when it writes (:func:`write_arrow`); a table with others is
-# written by Spark
-LOCAL_WRITER_FEATURES = taskwrite.WRITER_FEATURES
 # a layer writes a commit of at most this many rows from the driver (:func:`write_arrow`), larger
 # ones with Spark, whose tasks write in parallel and spare the driver holding the rows. delta-rs
 # appended 463k rows of 7 columns in 0.16 s; Spark's writes of silver's three tables of 263k-463k
@@ -922,22 +919,15 @@ def write_arrow(rows: pa.Table, path: str, where: str | None = None, metadata: d
     store it commits by conditional write, as Spark's log store does (runtime/storage.py), so the
     two coordinate. False, and nothing written, when delta-rs cannot write the table (a protocol
     feature it lacks): the caller writes it with Spark instead."""
-    from deltalake import CommitProperties, write_deltalake
-    from deltalake import DeltaTable as RsTable  # local: only the driver writes this way
+    from deltalake import CommitProperties, write_deltalake  # local: only the driver writes this way
     from deltalake.exceptions import DeltaProtocolError
 
-    uri = normalise(path)
+    table = taskwrite.open_for_writing(path)
+    if table is None:
+        return False
     try:
-        # on an object store, commits by conditional write: the coordination Spark's log store uses
-        table = RsTable(uri, storage_options=delta_rs_options(uri, writing=True))
-        if set(table.protocol().writer_features or ()) - LOCAL_WRITER_FEATURES:
-            return False
         schema = pa.schema(table.schema().to_arrow())
-    except Exception as exc:  # any reason delta-rs cannot open it: Spark writes it
-        if unreachable(str(exc)):
-            # the store is gone: Spark's S3A would retry for minutes, past the stage lock's lease,
-            # and the run would end on the lock instead of on what happened
-            raise
+    except Exception as exc:  # a column delta-rs cannot give as Arrow: Spark writes it
         log.debug("delta-rs cannot write %s (%s): Spark writes it", path, exc)
         return False
     rows = rows.select(schema.names).cast(schema)

@@ -45,6 +45,7 @@ __all__ = [
     "append",
     "commit",
     "file_stats",
+    "open_for_writing",
     "opened",
     "partition_dir",
     "target",
@@ -82,14 +83,12 @@ class Target:
 
 
 def writable(table: Any) -> str | None:
-    """Why these writes must not write the delta-rs ``table`` (None: they may). Checked on the
-    driver before any task writes: a protocol feature they do not honour, CHECK constraints,
-    generated or identity columns, column mapping."""
+    """Why these writes must not write the delta-rs ``table``, beyond the writer features
+    :func:`open_for_writing` checks (None: they may). Checked on the driver before any task
+    writes: a reader feature, CHECK constraints, generated or identity columns, column mapping."""
     protocol = table.protocol()
     if protocol.reader_features:
         return f"reader features {sorted(protocol.reader_features)}"
-    if extra := set(protocol.writer_features or ()) - WRITER_FEATURES:
-        return f"writer features {sorted(extra)}"
     config = table.metadata().configuration
     if any(k.startswith("delta.constraints.") for k in config):
         return "CHECK constraints"
@@ -327,10 +326,12 @@ def _split(rows: pa.Table, columns: Sequence[str]) -> Iterator[tuple[tuple[Any, 
 
 
 # -- on the driver ---------------------------------------------------------------------------------------
-def opened(path: str) -> tuple[Any, Target] | None:
-    """The delta-rs table at ``path`` and its :class:`Target`; None when these writes must not
-    write it (:func:`writable`, or delta-rs cannot open it): Spark writes it. A store that does not
-    answer raises (Spark's retries would outlast the stage lock's lease)."""
+def open_for_writing(path: str) -> Any | None:
+    """The delta-rs table at ``path``, opened to commit (on an object store by conditional write:
+    the coordination Spark's log store uses); None when delta-rs cannot write it (no table there,
+    a log it cannot read, a writer feature outside :data:`WRITER_FEATURES`): Spark writes it. A
+    store that does not answer raises: Spark's S3A would retry for minutes, past the stage lock's
+    lease, and the run would end on the lock instead of on what happened."""
     from deltalake import DeltaTable as RsTable
 
     from pipelines.runtime.storage import delta_rs_options, unreachable
@@ -338,15 +339,28 @@ def opened(path: str) -> tuple[Any, Target] | None:
     uri = normalise(path)
     try:
         table = RsTable(uri, storage_options=delta_rs_options(uri, writing=True))
-        refused = writable(table)
+        refused = set(table.protocol().writer_features or ()) - WRITER_FEATURES
     except Exception as exc:
         if unreachable(str(exc)):
             raise
-        refused = str(exc)
-    if refused is not None:
+        log.debug("delta-rs cannot write %s (%s): Spark writes it", path, exc)
+        return None
+    if refused:
+        log.debug("delta-rs does not write %s (writer features %s): Spark writes it", path, sorted(refused))
+        return None
+    return table
+
+
+def opened(path: str) -> tuple[Any, Target] | None:
+    """The delta-rs table at ``path`` (:func:`open_for_writing`) and its :class:`Target`; None when
+    these writes must not write it (that, or :func:`writable`): Spark writes it."""
+    table = open_for_writing(path)
+    if table is None:
+        return None
+    if (refused := writable(table)) is not None:
         log.debug("tasks do not write %s (%s): Spark writes it", path, refused)
         return None
-    return table, target(table, uri)
+    return table, target(table, normalise(path))
 
 
 def commit(table: Any, goal: Target, written: pa.Table, metadata: dict[str, Any] | None = None) -> int:
