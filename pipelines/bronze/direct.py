@@ -154,7 +154,7 @@ def read_and_write(
     when that append is what the sink would write (module docstring). Returns the ranges' progress
     rows and the files that changed under the reader; None when bronze's files must be written by
     the sink instead (nothing committed, the files written dropped): the caller reads again."""
-    from pipelines.bronze.sink import may_hold, merge_issues  # the sink writes bronze; this module feeds it
+    from pipelines.bronze.sink import may_hold, record_issues  # the sink writes bronze; this module feeds it
 
     tables.ensure("bronze", "offsets_records")
     tables.ensure("bronze", "conflicts")
@@ -188,11 +188,7 @@ def read_and_write(
         log.info("bronze: %s; the sink writes the records instead", why)
         _discard(goal.root, actions)
         return None
-    result.issues = issues.to_pylist()
-    if result.issues:
-        from pyspark.sql import functions as F
-
-        merge_issues(spark, tables, spark.createDataFrame(issues).withColumn("detected_at", F.current_timestamp()))
+    record_issues(spark, tables, result, issues)
     result.rows_read = coverage.records
     if coverage.records:
         meta = {"run_id": run_id, "source": name, "kind": "segments"}

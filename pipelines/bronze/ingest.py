@@ -36,7 +36,7 @@ from pipelines.bronze.segments_source import (
     read_range,
     register,
 )
-from pipelines.bronze.sink import IngestResult, append_arrow, merge_issues, merge_records
+from pipelines.bronze.sink import IngestResult, append_arrow, merge_issues, merge_records, record_issues
 from pipelines.errors import InputError, SourceNotFound
 from pipelines.runtime import faults
 from pipelines.runtime.config import DumpSource, KafkaSource, SegmentsSource
@@ -72,8 +72,13 @@ def ingest_segments(
     result.files = file_log.counts(plans)
     result.bytes_read = sum(r.end - r.start for r in ranges)
     faults.point("bronze.listed_before_read")  # where a test changes files under the reader
-    read = _read_local if result.bytes_read <= LOCAL_READ_BYTES else _read_in_tasks
-    progress, changed = read(spark, tables, name, source, run_id, ranges, result) if ranges else ([], set())
+    args = (spark, tables, name, source, run_id, ranges, result)
+    if not ranges:
+        progress, changed = [], set()
+    elif result.bytes_read <= LOCAL_READ_BYTES:
+        progress, changed = _read_local(*args)
+    else:  # a large read: its tasks write bronze's files where that is what the sink would write
+        progress, changed = direct.read_and_write(*args) or _read(*args)
     _note_changes(result, plans, progress, changed)
     after = file_log.logged_after(plans, progress, name, run_id, changed)
     if file_log.changed(logged, after):  # after the data commit: a run killed before it reads again
@@ -89,21 +94,6 @@ def _cluster_of(seg: RemoteSegment, source: SegmentsSource) -> str:
             "(segments must sit in __consumer_offsets-<N> directories)"
         )
     return cluster_for(seg.uri, source.cluster, source.cluster_from_path)
-
-
-def _read_in_tasks(
-    spark: SparkSession,
-    tables: Tables,
-    name: str,
-    source: SegmentsSource,
-    run_id: str,
-    ranges: list[ByteRange],
-    result: IngestResult,
-) -> tuple[list[dict[str, Any]], set[str]]:
-    """A large read: by tasks that write bronze's files themselves where that is what the sink
-    would write (pipelines/bronze/direct.py), else through the sink (:func:`_read`)."""
-    done = direct.read_and_write(spark, tables, name, source, run_id, ranges, result)
-    return done if done is not None else _read(spark, tables, name, source, run_id, ranges, result)
 
 
 def _read(
@@ -186,10 +176,7 @@ def _read_local(
         from_changed = pc.is_in(raw["source_uri"], pa.array(sorted(changed), pa.string()))
         records = raw.filter(pc.and_(pc.equal(raw["row_kind"], "record"), pc.invert(from_changed)))
         records = direct.run_columns(records, run_id, datetime.now(timezone.utc))
-    result.issues = issues.to_pylist()
-    if result.issues:
-        frame = spark.createDataFrame(issues).withColumn("detected_at", F.current_timestamp())
-        merge_issues(spark, tables, frame)
+    record_issues(spark, tables, result, issues)
     result.rows_read = coverage.records
     if coverage.records:
         meta = {"run_id": run_id, "source": name, "kind": "segments"}

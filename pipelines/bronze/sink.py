@@ -249,6 +249,14 @@ def merge_issues(spark: SparkSession, tables: Tables, issues: DataFrame) -> None
     lake.insert_new(spark, tables.path("bronze", "read_issues"), issues, ISSUE_KEY)
 
 
+def record_issues(spark: SparkSession, tables: Tables, result: IngestResult, issues: pa.Table) -> None:
+    """A read's issues (bronze.read_issues' columns but ``detected_at``), held on the driver: in
+    the run's result, and recorded (:func:`merge_issues`)."""
+    result.issues = issues.to_pylist()
+    if result.issues:
+        merge_issues(spark, tables, spark.createDataFrame(issues).withColumn("detected_at", F.current_timestamp()))
+
+
 def content_hash_udf() -> Any:
     """A Spark UDF over (key, value) bytes: the content hash conflicts are detected by."""
     return F.udf(
