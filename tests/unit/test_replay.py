@@ -340,6 +340,56 @@ def test_streams_group_state_as_the_coordinator_computes_it(group: dict, state: 
     assert g["state"] == state and g["validated_topology_epoch"] == group.get("validated", 0)
 
 
+def test_each_group_s_state_comes_from_its_own_members() -> None:
+    """Groups of every kind side by side, some sharing member ids: a group's state is computed
+    from its own members only (the views index the members once, not a scan per group)."""
+    stable, behind = {"member_epoch": 4, "state": 0}, {"member_epoch": 3, "state": 0}
+
+    def consumer(o: int, group: str, current: dict | None) -> list[Entry]:
+        batch = [rec(o, 3, group, {"epoch": 4}), rec(o + 1, 6, group, {"assignment_epoch": 4})]
+        if current is not None:
+            batch += [rec(o + 2, 5, group, {"client_id": "c"}, "m"), rec(o + 3, 8, group, current, "m")]
+        return batch
+
+    def streams(o: int, group: str, member: bool) -> list[Entry]:
+        batch = [
+            rec(o, 17, group, {"epoch": 1, "metadata_hash": 0, "validated_topology_epoch": 0}),
+            rec(o + 1, 20, group, {"assignment_epoch": 1, "assignment_timestamp": 0}),
+            rec(o + 2, 23, group, {"epoch": 0, "subtopologies": []}),
+        ]
+        if member:
+            batch += [rec(o + 3, 19, group, STREAMS_META, "m1"), rec(o + 4, 22, group, streams_current(1), "m1")]
+        return batch
+
+    r = run(
+        consumer(0, "cg-stable", stable),
+        consumer(10, "cg-empty", None),
+        consumer(20, "cg-reconciling", behind),
+        share_join(30, "m1", 1),
+        [rec(40, 11, "sg-empty", {"epoch": 1, "metadata_hash": 0})],
+        streams(50, "st-stable", True),
+        streams(60, "st-empty", False),
+    )
+    assert {g: v[2] for g, v in listed(r).items()} == {
+        "cg-stable": "Stable",
+        "cg-empty": "Empty",
+        "cg-reconciling": "Reconciling",
+        "sg": "Stable",
+        "sg-empty": "Empty",
+        "st-stable": "Stable",
+        "st-empty": "Empty",
+    }
+    snap = r.snapshot()
+    assert {g["group"]: (g["state"], [m["member_id"] for m in g["members"]]) for g in snap["share_groups"]} == {
+        "sg": ("Stable", ["m1"]),
+        "sg-empty": ("Empty", []),
+    }
+    assert {g["group"]: (g["state"], [m["member_id"] for m in g["members"]]) for g in snap["streams_groups"]} == {
+        "st-stable": ("Stable", ["m1"]),
+        "st-empty": ("Empty", []),
+    }
+
+
 def test_streams_member_fenced_then_removed() -> None:
     r = streams_group(current=streams_current(1))
     r.apply_batch([rec(5, 22, "st", None, "m1"), rec(6, 21, "st", None, "m1")])
