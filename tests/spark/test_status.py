@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from pipelines.cli.main import cli
@@ -35,15 +36,21 @@ def status_json(config: Path, *extra: str) -> dict:
     return json.loads(out.stdout)
 
 
-def test_watermarks_per_cluster_and_per_partition(spark, shared_lakehouse: SharedLakehouse, tmp_path: Path) -> None:
-    logs = {cluster: shared_lakehouse.logs(cluster) for cluster in CLUSTERS}
-    config = tmp_path / "jobs.yaml"  # the shared lakehouse, read only
+def read_only_config(shared_lakehouse: SharedLakehouse, tmp_path: Path) -> Path:
+    """A jobs.yaml on the shared lakehouse, which these tests only read."""
+    config = tmp_path / "jobs.yaml"
     config.write_text(
         f"lakehouse: {{root: {shared_lakehouse.root}}}\n"
         "spark: {master: 'local[2]'}\n"
-        f"sources: {{c1: {{kind: segments, cluster: c1, paths: [{logs['c1']}]}}}}\n"
+        f"sources: {{c1: {{kind: segments, cluster: c1, paths: [{shared_lakehouse.logs('c1')}]}}}}\n"
         "jobs: {j: {sources: [c1], stages: [bronze]}}\n"
     )
+    return config
+
+
+def test_watermarks_per_cluster_and_per_partition(spark, shared_lakehouse: SharedLakehouse, tmp_path: Path) -> None:
+    logs = {cluster: shared_lakehouse.logs(cluster) for cluster in CLUSTERS}
+    config = read_only_config(shared_lakehouse, tmp_path)
     summary = status_json(config)
     detailed = status_json(config, "--partitions")
 
@@ -82,3 +89,27 @@ def test_watermarks_per_cluster_and_per_partition(spark, shared_lakehouse: Share
     for row in summary["watermarks"]:
         parts = [r["last_ingested"] for r in detailed["partitions"] if r["cluster"] == row["cluster"]]
         assert row["last_ingested"] == max(parts)
+
+
+def test_table_rows_equal_spark_s_counts(
+    spark, shared_lakehouse: SharedLakehouse, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows per table come from each Delta log's file statistics; a table whose log cannot say
+    (here: bronze's records, made to answer None) is counted by Spark. Both equal Spark's count."""
+    from pipelines.runtime import lake
+
+    config = read_only_config(shared_lakehouse, tmp_path)
+    bronze = f"{shared_lakehouse.root}/bronze/offsets_records"
+    row_count = lake.row_count
+    asked: list[str] = []
+
+    def from_log(path: str, version: int | None = None) -> int | None:
+        asked.append(path)
+        return None if path == bronze else row_count(path, version)
+
+    monkeypatch.setattr(lake, "row_count", from_log)
+    tables = status_json(config)["tables"]
+    assert len(tables) > 20 and bronze in asked and len(asked) == len(tables)
+    for t in tables:
+        assert t["rows"] == spark.read.format("delta").load(t["location"]).count(), t["table"]
+    assert {t["table"]: t["rows"] for t in tables}["bronze.offsets_records"] > 0
