@@ -10,12 +10,24 @@ import itertools
 import json
 from datetime import datetime, timezone
 
+import pyarrow as pa
 import pytest
 
 from pipelines.bronze.end_offsets import ingest_end_offsets
 from pipelines.bronze.ingest import ingest_segments
 from pipelines.generate import generate
 from pipelines.gold.build import run_gold
+from pipelines.gold.lag import (
+    HISTORY_COLUMNS,
+    KEYS,
+    OBSERVATION_COLUMNS,
+    OFFSET_COLUMNS,
+    current_lag,
+    current_lag_arrow,
+    lag_history,
+    lag_history_arrow,
+    lag_history_pairs,
+)
 from pipelines.runtime import lake
 from pipelines.runtime.config import DumpSource, EndOffsetsFile, SegmentsSource
 from pipelines.runtime.tables import Tables
@@ -192,3 +204,95 @@ def test_the_analyst_guides_lag_query(spark, lag):
     rows = spark.sql(fill(guide_queries()["lag-per-group"])).collect()
     assert [tuple(r) for r in rows] == want
     assert any(r[3] for r in want) and any(r[2] is not None for r in want)
+
+
+def _rows(table: pa.Table, columns: list[str]) -> list[tuple]:
+    def order(row: tuple) -> tuple:  # an instant's order, whatever time zone it is shown in
+        return tuple((v is None, v.timestamp() if isinstance(v, datetime) else str(v)) for v in row)
+
+    return sorted((tuple(r[c] for c in columns) for r in table.to_pylist()), key=order)
+
+
+def _same(spark, arrow: pa.Table, frame, columns: list[str]) -> list[tuple]:
+    got, want = _rows(arrow, columns), _rows(frame.toArrow(), columns)
+    assert got == want
+    return got
+
+
+def test_the_driver_computes_what_spark_computes(spark, lag):
+    """The driver's lag (small inputs: what the other tests' lakehouse got) equals Spark's on the
+    same inputs: this module's lakehouse, and made-up rows with a clock that steps back, states
+    without a timestamp, a deleted state, an observation before every state, observations at the
+    same instant, a sub-millisecond observation time and a partition never observed."""
+    tables = lag["tables"]
+    read = {
+        "history": lake.read_arrow(spark, tables.path("gold", "offset_history"), HISTORY_COLUMNS),
+        "observations": lake.read_arrow(spark, tables.path("bronze", "end_offsets"), OBSERVATION_COLUMNS),
+        "offsets": lake.read_arrow(spark, tables.path("gold", "current_offsets"), OFFSET_COLUMNS),
+    }
+    at = _ms(datetime(2026, 1, 1, tzinfo=timezone.utc))
+    made = {
+        "history": pa.table(
+            {
+                "cluster": ["c"] * 6,
+                "topic": ["t"] * 6,
+                "partition": pa.array([0, 0, 0, 0, 0, 1], pa.int32()),
+                "group_id": ["a", "a", "a", "a", "b", "a"],
+                "valid_from_offset": pa.array([10, 20, 30, 40, 15, 5], pa.int64()),
+                "valid_from_timestamp": pa.array([None, at + 1000, at + 900, at + 2000, at + 1500, at], pa.int64()),
+                "committed_offset": pa.array([5, 7, 8, 8, 3, 1], pa.int64()),
+                "deleted": [False, False, False, True, False, False],
+            }
+        ),
+        "observations": pa.table(
+            {
+                "cluster": ["c"] * 7,
+                "topic": ["t"] * 7,
+                "partition": pa.array([0, 0, 0, 0, 0, 0, 1], pa.int32()),
+                "observed_at": pa.array(
+                    [round((at + ms) * 1000) for ms in (500, 950, 1200, 1500.7, 2500, 2500, 100)],
+                    pa.timestamp("us", "UTC"),
+                ),
+                "end_offset": pa.array([20, 30, 40, 50, 60, 61, 9], pa.int64()),
+            }
+        ),
+        "offsets": pa.table(
+            {
+                "cluster": ["c"] * 4,
+                "group_id": ["a", "b", "d", "e"],
+                "topic": ["t", "t", "t", "t"],
+                "partition": pa.array([0, 0, 2, 0], pa.int32()),
+                "committed_offset": pa.array([8, 3, 4, 2], pa.int64()),
+                "commit_timestamp": pa.array([at + 900, at + 1500, at, at], pa.int64()),
+                "deleted": [False, False, False, True],
+            }
+        ),
+    }
+    history_columns = [*KEYS["lag_history"], "end_offset", "committed_offset", "lag"]
+    current_columns = [*KEYS["current_lag"], "committed_offset", "end_offset", "end_offset_observed_at", "lag"]
+    for inputs in (read, made):
+        frames = {name: spark.createDataFrame(rows) for name, rows in inputs.items()}
+        history = _same(
+            spark,
+            lag_history_arrow(inputs["history"], inputs["observations"]),
+            lag_history(frames["history"], frames["observations"]),
+            history_columns,
+        )
+        current = _same(
+            spark,
+            current_lag_arrow(inputs["offsets"], inputs["observations"]),
+            current_lag(frames["offsets"], frames["observations"]),
+            current_columns,
+        )
+        assert len(history) == lag_history_pairs(inputs["history"], inputs["observations"])
+    # the made-up rows: committed offsets as of each observation (group a, then b, per instant)
+    committed = {(r[1], r[3], round(r[4].timestamp() * 1000 - at, 1)): r[6] for r in history}
+    assert committed == {
+        ("a", 0, 500): 5, ("b", 0, 500): None,  # a's state without a timestamp; b had none yet
+        ("a", 0, 950): 8, ("b", 0, 950): None,  # a's offset-30 state, timestamped before offset 20's
+        ("a", 0, 1200): 8, ("b", 0, 1200): None,
+        ("a", 0, 1500.7): 8, ("b", 0, 1500.7): 3,  # 1500.7 ms: b's state at 1500 counts
+        ("a", 0, 2500): None, ("b", 0, 2500): 3,  # a deleted (two observations at 2500)
+        ("a", 1, 100): 1,
+    }  # fmt: skip
+    assert [(r[1], r[4], r[5]) for r in current] == [("a", 8, 61), ("b", 3, 61), ("d", 4, None)]
