@@ -33,7 +33,7 @@ from pipelines.errors import ConfigError, OffsetsLakehouseError
 from pipelines.generate import generate as run_generate
 from pipelines.inspect import inspect_segment, iter_record_json, totals
 from pipelines.runtime.config import STAGES
-from pipelines.runtime.storage import unreachable
+from pipelines.runtime.storage import unreachable_message
 
 # The commands that touch the lakehouse import the runner (and with it Spark, Delta and Great
 # Expectations: seconds) when they run, so that inspect, generate, --help and a bad jobs.yaml
@@ -207,8 +207,8 @@ def error_message(exc: BaseException) -> str:
     text = str(exc).strip()
     if isinstance(exc, ConfigError):
         return text or type(exc).__name__
-    if unreachable := _store_unreachable(text):
-        return unreachable
+    if store_gone := unreachable_message(text):
+        return store_gone
     if _PY_TRACEBACK in text:
         # the exception line of the last traceback: its first unindented line
         for line in text.rsplit(_PY_TRACEBACK, 1)[1].splitlines():
@@ -219,23 +219,6 @@ def error_message(exc: BaseException) -> str:
     if len(lines) > 1 and lines[0].startswith("An error occurred while calling"):
         return lines[1].lstrip(": ")  # py4j: the Java exception is on the second line
     return lines[0] if lines else type(exc).__name__
-
-
-_WHERE = re.compile(r"(?P<uri>s3a?://[^\s:;,)]+)")
-
-
-def _store_unreachable(text: str) -> str | None:
-    """One line for an object store that could not be reached, whichever client said so, or None."""
-    m = unreachable(text)
-    if m is None:
-        return None
-    host = m.group("host") or os.environ.get("AWS_ENDPOINT_URL", "").split("://")[-1] or "its endpoint"
-    where = _WHERE.search(text)
-    at = f" (at {where.group('uri')})" if where else ""
-    return (
-        f"the object store at {host} could not be reached: {m.group('why') or m.group('why2')}{at}. "
-        "Nothing half-written was committed; run the job again when the store answers (docs/object-storage.md)"
-    )
 
 
 @contextmanager

@@ -40,7 +40,13 @@ from typing import Any
 from pipelines.errors import JobRunning, StageBusy, StoreError
 from pipelines.runtime.config import find_job, load, resolve_lock_dir, resolve_root
 from pipelines.runtime.resources import unwritable
-from pipelines.runtime.storage import S3Settings, check_conditional_writes, is_object_store, split_uri
+from pipelines.runtime.storage import (
+    S3Settings,
+    check_conditional_writes,
+    is_object_store,
+    split_uri,
+    unreachable_message,
+)
 
 __all__ = [
     "Holder",
@@ -267,6 +273,20 @@ def _status(exc: Any) -> int | None:
     return exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
 
 
+def _with_causes(exc: BaseException) -> str:
+    """The error's text and its causes': boto3 names the endpoint it could not connect to, and the
+    reason (refused, timed out) is the error it wraps."""
+    parts: list[str] = []
+    seen: BaseException | None = exc
+    while seen is not None and len(parts) < 8:
+        parts.append(str(seen))
+        wrapped = getattr(seen, "kwargs", None)
+        if isinstance(wrapped, dict) and wrapped.get("error") is not None:
+            parts.append(str(wrapped["error"]))
+        seen = seen.__cause__ or seen.__context__
+    return " | ".join(parts)
+
+
 class _Renewer(threading.Thread):
     """Renews a lease every quarter of its duration; calls ``on_lost`` when the store refuses a
     renewal (another run took it over) or when renewals have failed for most of the lease."""
@@ -288,7 +308,8 @@ class _Renewer(threading.Thread):
             except Exception as exc:
                 if time.monotonic() - last > lease.seconds * 0.75:
                     self.on_lost(
-                        f"could not renew the lock {lease.uri} for {time.monotonic() - last:.0f} s ({exc}); "
+                        unreachable_message(_with_causes(exc))
+                        or f"could not renew the lock {lease.uri} for {time.monotonic() - last:.0f} s ({exc}); "
                         "another run may take it over, so this run stops"
                     )
                     return

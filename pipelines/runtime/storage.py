@@ -43,21 +43,43 @@ __all__ = [
     "reader_options",
     "split_uri",
     "unreachable",
+    "unreachable_message",
 ]
 
 # what S3A (the AWS SDK), delta-rs and pyarrow say when the object store does not answer
 _CONNECT = re.compile(
     r"(?:Connect to |request for url \(https?://|Error performing \w+ https?://)(?P<host>[\w.\-]+:\d+)"
     r".{0,600}?(?P<why>Connection refused|timed out|Connection reset|No route to host)"
-    r"|NETWORK_CONNECTION.{0,300}?(?P<why2>Couldn't connect to server|Connection refused|timed out)",
+    r"|NETWORK_CONNECTION.{0,300}?(?P<why2>Couldn't connect to server|Connection refused|timed out)"
+    # boto3 (the run's lock): its message, then the cause it wraps (runtime/lock.py adds it)
+    r'|Could not connect to the endpoint URL: "https?://(?P<host3>[\w.\-]+:\d+)'
+    r".{0,600}?(?P<why3>Connection refused|timed out|Connection reset|No route to host)",
     re.S,
 )
+_WHERE = re.compile(r"(?P<uri>s3a?://[^\s:;,)]+)")
 
 
 def unreachable(text: str) -> re.Match[str] | None:
     """Where an error's text says the object store did not answer: ``host`` and ``why`` (or
     ``why2``) groups, whichever client (S3A, delta-rs, pyarrow) said so; None otherwise."""
     return _CONNECT.search(re.sub(r"\x1b\[[0-9;]*m", "", text))
+
+
+def unreachable_message(text: str) -> str | None:
+    """One line for an error whose text says the object store did not answer (:func:`unreachable`),
+    whichever client said so, or None."""
+    m = unreachable(text)
+    if m is None:
+        return None
+    host = m.group("host") or m.group("host3")
+    host = host or os.environ.get("AWS_ENDPOINT_URL", "").split("://")[-1] or "its endpoint"
+    where = _WHERE.search(text)
+    at = f" (at {where.group('uri')})" if where else ""
+    return (
+        f"the object store at {host} could not be reached: {m.group('why') or m.group('why2') or m.group('why3')}"
+        f"{at}. Nothing half-written was committed; run the job again when the store answers "
+        "(docs/object-storage.md)"
+    )
 
 
 log = logging.getLogger("offsets_lakehouse")
