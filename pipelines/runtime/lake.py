@@ -444,11 +444,11 @@ def add_actions(path: str, version: int | None = None) -> pa.Table | None:
         return None
 
 
-def rows_per_partition(path: str, columns: Sequence[str], version: int | None = None) -> pa.Table | None:
-    """Rows per value of the partition ``columns`` (``columns`` and ``records``), summed from the
-    file statistics in the table's Delta log at ``version`` (default: the latest) without reading
-    a data file; None when they cannot be exact: no table, a file without its row count, a table
-    not partitioned by ``columns``, or deletion vectors (their rows are counted in the file's)."""
+def _counted_files(path: str, version: int | None) -> pa.Table | None:
+    """The table's live files at ``version`` (default: the latest) with their row counts
+    (``num_records``, :func:`add_actions`); None when the counts cannot be exact: no table, a log
+    delta-rs cannot read, deletion vectors (their rows are counted in the file's), a file without
+    its count."""
     try:
         table = _rs_table(path, version)
         if "deletionVectors" in (table.protocol().reader_features or []):
@@ -457,10 +457,19 @@ def rows_per_partition(path: str, columns: Sequence[str], version: int | None = 
     except Exception as exc:
         log.debug("delta-rs cannot count the rows of %s (%s)", path, exc)
         return None
-    keys = [f"partition.{c}" for c in columns]
     if "num_records" not in actions.column_names or actions["num_records"].null_count:
         return None
-    if not all(k in actions.column_names for k in keys):
+    return actions
+
+
+def rows_per_partition(path: str, columns: Sequence[str], version: int | None = None) -> pa.Table | None:
+    """Rows per value of the partition ``columns`` (``columns`` and ``records``), summed from the
+    file statistics in the table's Delta log at ``version`` (default: the latest) without reading
+    a data file; None when they cannot be exact (:func:`_counted_files`) or the table is not
+    partitioned by ``columns``."""
+    actions = _counted_files(path, version)
+    keys = [f"partition.{c}" for c in columns]
+    if actions is None or not all(k in actions.column_names for k in keys):
         return None
     counts = actions.select([*keys, "num_records"]).group_by(keys).aggregate([("num_records", "sum")])
     return counts.rename_columns([*columns, "records"])
@@ -468,11 +477,9 @@ def rows_per_partition(path: str, columns: Sequence[str], version: int | None = 
 
 def row_count(path: str, version: int | None = None) -> int | None:
     """The table's rows (at ``version``, default the latest), from the file statistics in its Delta
-    log (None when there is no table or a file has no count)."""
-    actions = add_actions(path, version)
-    if actions is None or "num_records" not in actions.column_names or actions["num_records"].null_count:
-        return None
-    return int(pc.sum(actions["num_records"]).as_py() or 0)
+    log; None when they cannot be exact (:func:`_counted_files`)."""
+    actions = _counted_files(path, version)
+    return None if actions is None else int(pc.sum(actions["num_records"]).as_py() or 0)
 
 
 def _rs_table(path: str, version: int | None = None) -> Any:
