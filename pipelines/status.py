@@ -49,7 +49,8 @@ def collect_status(ctx: Context, partitions: bool = False) -> dict[str, Any]:
     last runs, with notes on what needs attention."""
     tables = ctx.tables
     # a serve's session (a Spark Connect client here) has every table registered, and only reads
-    names = tables.registered() if lake.remote(ctx.spark) else tables.register_existing()
+    remote = lake.remote(ctx.spark)
+    names = tables.registered() if remote else tables.register_existing()
     doc: dict[str, Any] = {"root": ctx.root, "tables": [], "watermarks": [], "runs": [], "notes": []}
     present = [(tables.name(layer, t), tables.path(layer, t)) for layer in tables.specs for t in tables.specs[layer]]
     present = [(name, path) for name, path in present if name in names]
@@ -57,9 +58,7 @@ def collect_status(ctx: Context, partitions: bool = False) -> dict[str, Any]:
         # from the file statistics in each Delta log where this process reads the files (a
         # snapshot per table through Spark took ~1 s each on a fresh session: 39 s for a small
         # lakehouse); the rest in one query: one round trip to a serve, one job
-        rows: dict[int, int | None] = {
-            i: None if lake.remote(ctx.spark) else lake.row_count(p) for i, (_, p) in enumerate(present)
-        }
+        rows: dict[int, int | None] = {i: None if remote else lake.row_count(p) for i, (_, p) in enumerate(present)}
         counted = [(i, name) for i, (name, _) in enumerate(present) if rows[i] is None]
         if counted:
             counts = ctx.spark.sql(

@@ -218,8 +218,10 @@ def _build_locally(
 ) -> bool:
     """The lag tables computed and written on the driver when their inputs and rows are few
     (:data:`LOCAL_LAG_ROWS`); False, nothing written, when they are not or delta-rs cannot."""
+    if lake.remote(spark):
+        return False
     sizes = [lake.row_count(tables.path(layer, t)) for layer, t in INPUTS]
-    if lake.remote(spark) or any(n is None for n in sizes) or sum(n or 0 for n in sizes) > LOCAL_LAG_ROWS:
+    if any(n is None for n in sizes) or sum(n or 0 for n in sizes) > LOCAL_LAG_ROWS:
         return False
     observations = lake.read_arrow(spark, tables.path("bronze", "end_offsets"), OBSERVATION_COLUMNS)
     offsets = lake.read_arrow(spark, tables.path("gold", "current_offsets"), OFFSET_COLUMNS)
