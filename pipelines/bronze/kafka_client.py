@@ -39,6 +39,7 @@ __all__ = [
     "client_options",
     "java_properties",
     "refusal",
+    "require_listener",
 ]
 
 TIMEOUT_S = 20
@@ -272,6 +273,28 @@ def _speaks_tls(bootstrap: str, timeout: float = 3.0) -> bool | None:
     return answer
 
 
+def require_listener(source: KafkaSource, timeout: float = 3.0) -> None:
+    """Raise :class:`KafkaUnavailable` at once when no bootstrap server accepts a TCP connection
+    (refused, or a host name that does not resolve): Kafka's clients retry such a server until
+    their timeout (:data:`TIMEOUT_S`) and then report only that. A server that accepts, or whose
+    connection attempt times out (a firewall that drops), is left to the client."""
+    refused = []
+    for server in source.bootstrap_servers.split(","):
+        host, _, port = server.strip().rpartition(":")
+        if not host or not port.isdigit():
+            return  # not host:port: the client says what is wrong with it
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+            return
+        except (ConnectionRefusedError, socket.gaierror) as exc:
+            refused.append(f"{server.strip()}: {exc.strerror or exc}")
+        except OSError:
+            return
+    raise KafkaUnavailable(
+        f"Kafka at {source.bootstrap_servers}: no bootstrap server accepts a connection ({'; '.join(refused)})"
+    )
+
+
 # -- before a run --------------------------------------------------------------------------------------
 def check_access(spark: SparkSession, source: KafkaSource, *, groups: bool = False) -> None:
     """Everything the job will ask of the cluster, asked once before anything is committed: the
@@ -329,6 +352,7 @@ def _probe_group(admin: Any, unit: Any, source: KafkaSource, group: str) -> None
 def admin_client(spark: SparkSession, source: KafkaSource, client_id: str) -> Iterator[Any]:
     """A JVM Admin client with the source's settings and our timeouts, closed on exit; a py4j
     error from creating it or from the block becomes :func:`failure`'s exception."""
+    require_listener(source)
     jvm = spark._jvm  # type: ignore[attr-defined]
     # the admin client refuses an API timeout below the request timeout (30 s by default)
     props = java_properties(

@@ -35,6 +35,7 @@ from pipelines.bronze.kafka_client import (
     failure,
     java_properties,
     refusal,
+    require_listener,
 )
 from pipelines.bronze.sink import IngestResult, content_hash_udf, merge_records
 from pipelines.runtime import lake
@@ -73,6 +74,7 @@ def partition_ends(spark: SparkSession, source: KafkaSource) -> dict[int, dict[s
     timeout = jvm.java.time.Duration.ofSeconds(TIMEOUT_S)
     where = f"Kafka at {source.bootstrap_servers}"
     out: dict[int, dict[str, int]] = {}
+    require_listener(source)
     try:
         committed = _consumer(spark, source, "read_committed")
         uncommitted = _consumer(spark, source, "read_uncommitted")

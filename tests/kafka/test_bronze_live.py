@@ -86,7 +86,7 @@ def test_live_source_equals_segment_files(spark, tables, harness, broker_files):
 
 def test_unreachable_broker_is_one_clear_error(spark, tables):
     src = KafkaSource(kind="kafka", cluster="gone", bootstrap_servers="127.0.0.1:1")
-    with pytest.raises(KafkaUnavailable, match=r"Kafka at 127\.0\.0\.1:1: .*Timeout"):
+    with pytest.raises(KafkaUnavailable, match=r"Kafka at 127\.0\.0\.1:1: no bootstrap server accepts a connection"):
         partition_ends(spark, src)
 
 

@@ -10,7 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.bronze.kafka_client import KafkaAccessDenied, KafkaUnavailable, _speaks_tls, client_options, failure
+from pipelines.bronze.kafka_client import (
+    KafkaAccessDenied,
+    KafkaUnavailable,
+    _speaks_tls,
+    client_options,
+    failure,
+    require_listener,
+)
 from pipelines.runtime.config import KafkaSource
 
 
@@ -167,3 +174,23 @@ def test_which_protocol_a_port_speaks(tmp_path: Path) -> None:
         s.bind(("127.0.0.1", 0))
         closed = s.getsockname()[1]
     assert _speaks_tls(f"127.0.0.1:{closed}") is None
+
+
+def test_a_cluster_no_server_listens_for_is_reported_at_once() -> None:
+    """Refused everywhere (or a name that does not resolve): one line naming each server, without
+    waiting out the clients' timeout; one server that listens is enough to go on."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    gone = KafkaSource(kind="kafka", cluster="c", bootstrap_servers=f"127.0.0.1:{closed},no-such-host.invalid:9092")
+    with pytest.raises(KafkaUnavailable) as err:
+        require_listener(gone)
+    message = str(err.value)
+    assert message.startswith(f"Kafka at 127.0.0.1:{closed},no-such-host.invalid:9092: no bootstrap server accepts")
+    assert f"127.0.0.1:{closed}: Connection refused" in message and "no-such-host.invalid:9092: " in message
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        port = listening.getsockname()[1]
+        servers = f"127.0.0.1:{closed},127.0.0.1:{port}"
+        require_listener(KafkaSource(kind="kafka", cluster="c", bootstrap_servers=servers))
