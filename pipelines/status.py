@@ -55,10 +55,11 @@ def collect_status(ctx: Context, partitions: bool = False) -> dict[str, Any]:
     present = [(tables.name(layer, t), tables.path(layer, t)) for layer in tables.specs for t in tables.specs[layer]]
     present = [(name, path) for name, path in present if name in names]
     if present:
-        # from the file statistics in each Delta log where this process reads the files (a
-        # snapshot per table through Spark took ~1 s each on a fresh session: 39 s for a small
-        # lakehouse); the rest in one query: one round trip to a serve, one job
-        rows: dict[int, int | None] = {i: None if remote else lake.row_count(p) for i, (_, p) in enumerate(present)}
+        # from the file statistics in each Delta log (a snapshot per table through Spark took ~1 s
+        # each on a fresh session: 39 s for a small lakehouse), also beside a serve: this process
+        # found the serve in the root's files, so it reads the logs too; the tables whose logs it
+        # cannot count in one query: one round trip to a serve, one job
+        rows: dict[int, int | None] = {i: lake.row_count(p) for i, (_, p) in enumerate(present)}
         counted = [(i, name) for i, (name, _) in enumerate(present) if rows[i] is None]
         if counted:
             counts = ctx.spark.sql(
