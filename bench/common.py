@@ -238,7 +238,7 @@ def gold_now(spark, tables, cluster: str | None = None) -> dict:
     """The same parts, read from the gold tables of ``tables``' lakehouse (of ``cluster`` only,
     when given: a lakehouse that several clusters' jobs write)."""
     where = "true" if cluster is None else f"cluster = '{cluster}'"
-    tables.register_existing()  # gold.live_groups is a view: by name (a job registers nothing)
+    tables.register_existing(["gold"])  # gold.live_groups is a view: by name (a job registers nothing)
 
     def rows(table: str) -> list:
         return spark.read.format("delta").load(tables.path("gold", table)).where(where).collect()

@@ -104,7 +104,6 @@ def main() -> int:
 
         spark = build_session(load(config).spark)
         tables = Tables(spark, str(work / "lakehouse"))
-        tables.register_existing()  # gold's views (live_groups) by name, as the jobs left them
         differences = {c: gold_differences(spark, tables, logs[c] / "expected-state.json", cluster=c) for c in CLUSTERS}
         bronze = spark.read.format("delta").load(tables.path("bronze", "offsets_records"))
         counts = {r["cluster"]: r["count"] for r in bronze.groupBy("cluster").count().collect()}

@@ -166,7 +166,6 @@ jobs:
         for db in ("bronze", "silver", "gold", "quality"):
             spark.sql(f"DROP SCHEMA IF EXISTS {db} CASCADE")
         tables = Tables(spark, root)
-        tables.register_existing()
         assert gold_differences(spark, tables, logs / "expected-state.json") == []
         bronze = spark.read.format("delta").load(tables.path("bronze", "offsets_records"))
         assert bronze.count() == json.loads((logs / "generator-manifest.json").read_text())["records"]

@@ -192,7 +192,6 @@ def two_hosts(spark, store: Store, tmp_path: Path, rounds: tuple[int, ...], besi
         for db in ("bronze", "silver", "gold", "quality"):
             spark.sql(f"DROP SCHEMA IF EXISTS {db} CASCADE")
         tables = Tables(spark, ROOT)
-        tables.register_existing()
         for c, result in logs.items():
             assert gold_differences(spark, tables, result.out / "expected-state.json", cluster=c) == [], c
         bronze = spark.read.format("delta").load(tables.path("bronze", "offsets_records"))

@@ -153,7 +153,7 @@ def test_runs_over_slices_end_in_the_expected_state(spark, tables, generated, tm
         ingest(spark, tables, [slices[name]], f"r{i}")
         runs.append(run_gold(spark, tables, f"g{i}", soft_delete_retention_days=RETENTION_DAYS))
         if name == "last":  # the incremental run closed the intervals the first run left open
-            tables.register_existing()  # the views and tables by name (a job registers nothing)
+            tables.register_existing(["gold"])  # the views and tables by name (a job registers nothing)
             check_history_chains(spark)
     assert (runs[0].partitions_incremental, runs[0].partitions_recomputed) == (0, 4)
     assert (runs[1].partitions_incremental, runs[1].partitions_recomputed) == (4, 0)
@@ -170,7 +170,7 @@ def test_runs_over_slices_end_in_the_expected_state(spark, tables, generated, tm
     before = versions(spark, tables)
     again = run_gold(spark, tables, "g-again", soft_delete_retention_days=RETENTION_DAYS)
     assert again.events == 0 and versions(spark, tables) == before
-    tables.register_existing()
+    tables.register_existing(["gold"])
     live = spark.sql("SELECT count(*) AS n FROM gold.live_offsets").collect()[0]["n"]
     assert live == len(want["live"])
     check_history_as_of(spark, generated)

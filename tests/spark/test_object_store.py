@@ -86,8 +86,7 @@ def test_a_job_on_the_store_first_run_increment_and_no_op(spark, store: Store, t
     tables = Tables(spark, root)
 
     def differences(expected: Path) -> list[str]:
-        tables.register_existing()  # gold.live_groups, a view, by name in this session
-        return gold_differences(spark, tables, expected)
+        return gold_differences(spark, tables, expected)  # it registers gold's tables and views
 
     run(config, "first")  # bronze, silver and gold; quality with the increment
     first = tmp_path / "first-state.json"
