@@ -4,8 +4,9 @@ One server on a copy of the tier's shared lakehouse, both protocols, with a pass
 Thrift, a token for Spark Connect and TLS on both (a certificate made here). Through beeline (Hive's
 JDBC client) and a Spark Connect client in another process: logins with a wrong password or
 token are refused; every statement that writes is refused and leaves every table's Delta version
-and row count as they were; reads return what Spark reads. `sql` only reads unless told otherwise,
-and a bind beyond loopback without authentication is refused before anything starts."""
+and row count, and every file under the root, as they were; reads return what Spark reads. `sql`
+only reads unless told otherwise, and a bind beyond loopback without authentication is refused
+before anything starts."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import tempfile
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -150,14 +152,23 @@ def connect(served: Served, tls: dict[str, Path], statements: dict[str, str], to
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def state(spark, ctx: Context) -> dict[str, tuple[int | None, int]]:
-    """Every table's Delta version and row count."""
-    out = {}
+def state(spark, ctx: Context) -> dict[str, tuple[int | None, int | None]]:
+    """Every table's Delta version and row count (both from its Delta log, by delta-rs), and every
+    file under the root with its size and modification time: a write that bypassed Delta (a file
+    put into or removed from a table's directory) changes it too. The serve's own state file
+    (``_serve/``) is left out."""
+    out: dict[str, Any] = {}
     for layer in LAYERS:
         for table in load_specs().get(layer, {}):
             path = ctx.tables.path(layer, table)
-            if lake.exists(spark, path):
-                out[f"{layer}.{table}"] = (lake.version(spark, path), spark.read.format("delta").load(path).count())
+            if (Path(path) / "_delta_log").is_dir():
+                out[f"{layer}.{table}"] = (lake.version(spark, path), lake.row_count(path))
+    root = Path(ctx.root)
+    out["files"] = sorted(
+        (str(f.relative_to(root)), f.stat().st_size, f.stat().st_mtime_ns)
+        for f in root.rglob("*")
+        if f.is_file() and f.relative_to(root).parts[0] != "_serve"
+    )
     return out
 
 
