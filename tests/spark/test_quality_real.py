@@ -17,8 +17,9 @@ import pytest
 from pipelines.codec.primitives import ZERO_UUID
 from pipelines.quality.frames import Inputs, load_frame
 from pipelines.quality.results import Outcome
-from pipelines.quality.stage import evaluate_suite, params_of
+from pipelines.quality.stage import SUITES_AT_ONCE, evaluate_suite, params_of
 from pipelines.quality.suites import load_suites
+from pipelines.runtime import lake
 from pipelines.runtime.config import QualitySettings
 from pipelines.runtime.tables import Tables
 from tests.spark.real_lakehouse import RealLakehouse
@@ -53,13 +54,15 @@ def validate(spark, tables: Tables, layers: tuple[str, ...]) -> dict[tuple[str, 
     settings = QualitySettings()
     params = params_of(settings)
     inputs = Inputs(now_ms=1_800_000_000_000, partitions={})  # 2027: after every commit in the files
-    out = {}
-    for layer in layers:
-        for suite in load_suites().layer(layer):
-            frame = load_frame(suite.frame, spark, tables, inputs)
-            outcomes, _ = evaluate_suite(suite, frame, params, "real-files", local_max_rows=settings.local_max_rows)
-            out.update({(o.suite, o.expectation): o for o in outcomes})
-    return out
+    suites = [suite for layer in layers for suite in load_suites().layer(layer)]
+
+    def one(suite) -> list[Outcome]:
+        frame = load_frame(suite.frame, spark, tables, inputs)
+        return evaluate_suite(suite, frame, params, "real-files", local_max_rows=settings.local_max_rows)[0]
+
+    # a few suites at once, as the quality stage runs them (their Spark jobs are small and wait)
+    done = lake.parallel_map(one, suites, SUITES_AT_ONCE)
+    return {(o.suite, o.expectation): o for outcomes in done for o in outcomes}
 
 
 def check_all_pass(results: dict[tuple[str, str], Outcome], warned: dict[tuple[str, str], int]) -> None:
