@@ -246,6 +246,16 @@ def failure(source: KafkaSource, exc: BaseException) -> SourceUnavailable:
     return KafkaUnavailable(f"{where}: {top[0].rsplit('.', 1)[-1]}: {top[1]}")
 
 
+def _addresses(bootstrap: str) -> list[tuple[str, tuple[str, int] | None]]:
+    """Each bootstrap server as written, with its (host, port); None for one that is not
+    ``host:port`` (an IPv6 host in brackets loses them)."""
+    out: list[tuple[str, tuple[str, int] | None]] = []
+    for server in (s.strip() for s in bootstrap.split(",")):
+        host, _, port = server.rpartition(":")
+        out.append((server, (host.strip("[]"), int(port)) if host and port.isdigit() else None))
+    return out
+
+
 def _speaks_tls(bootstrap: str, timeout: float = 3.0) -> bool | None:
     """Whether the bootstrap servers complete a TLS handshake (certificate unchecked: only whether
     they speak TLS matters here): True if one does, False if every one that accepts a connection
@@ -255,13 +265,12 @@ def _speaks_tls(bootstrap: str, timeout: float = 3.0) -> bool | None:
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
     answer = None
-    for server in bootstrap.split(","):
-        host, _, port = server.strip().rpartition(":")
-        if not host or not port.isdigit():
+    for _, address in _addresses(bootstrap):
+        if address is None:
             continue
-        host = host.strip("[]")
+        host, port = address
         try:
-            raw = socket.create_connection((host, int(port)), timeout=timeout)
+            raw = socket.create_connection((host, port), timeout=timeout)
         except OSError:
             continue
         with raw:
@@ -279,15 +288,14 @@ def require_listener(source: KafkaSource, timeout: float = 3.0) -> None:
     their timeout (:data:`TIMEOUT_S`) and then report only that. A server that accepts, or whose
     connection attempt times out (a firewall that drops), is left to the client."""
     refused = []
-    for server in source.bootstrap_servers.split(","):
-        host, _, port = server.strip().rpartition(":")
-        if not host or not port.isdigit():
+    for server, address in _addresses(source.bootstrap_servers):
+        if address is None:
             return  # not host:port: the client says what is wrong with it
         try:
-            socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+            socket.create_connection(address, timeout=timeout).close()
             return
         except (ConnectionRefusedError, socket.gaierror) as exc:
-            refused.append(f"{server.strip()}: {exc.strerror or exc}")
+            refused.append(f"{server}: {exc.strerror or exc}")
         except OSError:
             return
     raise KafkaUnavailable(
