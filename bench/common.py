@@ -237,16 +237,16 @@ def expected_gold(state: dict) -> dict:
 def gold_now(spark, tables, cluster: str | None = None) -> dict:
     """The same parts, read from the gold tables of ``tables``' lakehouse (of ``cluster`` only,
     when given: a lakehouse that several clusters' jobs write)."""
+    import pyarrow.compute as pc
+
+    from pipelines.runtime import lake
+
     where = "true" if cluster is None else f"cluster = '{cluster}'"
     tables.register_existing(["gold"])  # gold.live_groups is a view: by name (a job registers nothing)
 
     def rows(table: str) -> list:
         # read by delta-rs (a Spark job per table costs seconds on a small lakehouse and on a
         # store; Spark reading what the tables hold is test_serve's and test_object_store's)
-        import pyarrow.compute as pc
-
-        from pipelines.runtime import lake
-
         got = lake.read_arrow(spark, tables.path("gold", table))
         if got is None:
             return []
