@@ -75,6 +75,7 @@ __all__ = [
     "read",
     "read_arrow",
     "read_at",
+    "replace_from_tasks",
     "replace_if_changed",
     "replace_partitions",
     "replace_where",
@@ -834,13 +835,35 @@ def append_from_tasks(
     Returns the rows written; None, and nothing written, when the tasks must not write the table
     (the caller then writes with :func:`append`). Inside :func:`commit_metadata`, the commit carries
     its metadata."""
-    metadata = None
+    ours, metadata = _inherited_metadata(spark)
+    return taskwrite.append(frame, path, rows_of, metadata) if ours else None
+
+
+def replace_from_tasks(
+    spark: SparkSession,
+    frame: DataFrame,
+    path: str,
+    rows_of: Callable[[Iterable[pa.RecordBatch]], Iterable[pa.RecordBatch | pa.Table]],
+    removes: Callable[[taskwrite.Existing], bool | None],
+    stats: Sequence[str] = (),
+) -> int | None:
+    """:func:`append_from_tasks` that also removes, in the same commit, the table's files
+    ``removes`` says the new rows replace whole (:func:`taskwrite.replace`): a replace without
+    Spark's writer, when it is file-aligned. None, and nothing written, otherwise (the caller then
+    writes with :func:`replace_where`)."""
+    ours, metadata = _inherited_metadata(spark)
+    return taskwrite.replace(frame, path, rows_of, removes, stats, metadata) if ours else None
+
+
+def _inherited_metadata(spark: SparkSession) -> tuple[bool, dict[str, Any] | None]:
+    """The commit metadata :func:`commit_metadata` set for Spark's writer, and whether a commit
+    by delta-rs can carry it (False: not ours, and only Spark's writer carries it as it is)."""
     if inherited := spark.conf.get(METADATA_CONF, None):
         try:
-            metadata = json.loads(inherited)
-        except ValueError:  # not ours: only Spark's writer carries it as it is
-            return None
-    return taskwrite.append(frame, path, rows_of, metadata)
+            return True, json.loads(inherited)
+        except ValueError:
+            return False, None
+    return True, None
 
 
 def append_counted(spark: SparkSession, path: str, frame: DataFrame) -> int:

@@ -10,9 +10,11 @@ commits the actions in one Delta commit with delta-rs (``create_write_transactio
 driver commits its tasks' files. Readers cannot tell the files from Spark's: same layout
 (``col=value`` directories, partition columns not in the files), same statistics.
 
-Only appends, and only to tables whose protocol delta-rs writes (:func:`writable`): anything else
-is written by Spark (the caller's fallback). Files of a task Spark retried, or of a run killed
-before the commit, are referenced by no commit, as with Spark's own writes.
+Appends, and replaces that remove whole files (:func:`replace`: the caller says, per existing
+file, whether the commit removes it, keeps it, or cannot tell), only to tables whose protocol
+delta-rs writes (:func:`writable`): anything else is written by Spark (the caller's fallback).
+Files of a task Spark retried, or of a run killed before the commit, are referenced by no
+commit, as with Spark's own writes.
 """
 
 from __future__ import annotations
@@ -41,13 +43,17 @@ if TYPE_CHECKING:
 __all__ = [
     "ADD_DDL",
     "ADD_SCHEMA",
+    "Existing",
     "Target",
     "append",
     "commit",
+    "existing",
     "file_stats",
     "open_for_writing",
     "opened",
     "partition_dir",
+    "removed_files",
+    "replace",
     "target",
     "write_files",
 ]
@@ -363,20 +369,28 @@ def opened(path: str) -> tuple[Any, Target] | None:
     return table, target(table, normalise(path))
 
 
-def commit(table: Any, goal: Target, written: pa.Table, metadata: dict[str, Any] | None = None) -> int:
+def commit(
+    table: Any,
+    goal: Target,
+    written: pa.Table,
+    metadata: dict[str, Any] | None = None,
+    removed: Sequence[Existing] = (),
+) -> int:
     """Commit the files the tasks wrote (``written``: their add actions, :data:`ADD_DDL`) to the
-    delta-rs ``table`` as one append; returns the rows they hold. Nothing written, no commit
-    (as Spark skips an empty commit)."""
+    delta-rs ``table`` in one commit, removing the ``removed`` files in the same commit (a
+    replace, :func:`replace`); returns the rows the added files hold. Nothing written and nothing
+    removed, no commit (as Spark skips an empty commit)."""
     from deltalake import CommitProperties
-    from deltalake.transaction import AddAction
+    from deltalake.transaction import AddAction, RemoveAction
 
-    if not written.num_rows:
+    if not written.num_rows and not removed:
         return 0
     now = int(time.time() * 1000)
-    actions = [
+    actions: list[Any] = [
         AddAction(r["path"], r["size"], json.loads(r["partition_values"]), now, True, r["stats"])
         for r in written.to_pylist()
     ]
+    actions += [RemoveAction(f.path, True, now, f.size, f.partition_values) for f in removed]
     meta = None if metadata is None else {"userMetadata": json.dumps(metadata, sort_keys=True)}
     table.create_write_transaction(
         actions,
@@ -385,7 +399,63 @@ def commit(table: Any, goal: Target, written: pa.Table, metadata: dict[str, Any]
         partition_by=list(goal.partition_by) or None,
         commit_properties=CommitProperties(custom_metadata=meta),
     )
-    return int(pc.sum(written.column("rows")).as_py() or 0)
+    return int(pc.sum(written.column("rows")).as_py() or 0) if written.num_rows else 0
+
+
+@dataclass(frozen=True)
+class Existing:
+    """A data file of a table's current version, as a replace decides on it: its path relative to
+    the table, decoded (delta-rs encodes it in the log, as for an added file), ``uri`` to read it,
+    its size, its partition values (the log's strings, None for null) and its statistics' bounds
+    for the columns asked for."""
+
+    path: str
+    uri: str
+    size: int | None
+    partition_values: dict[str, str | None]
+    minimum: dict[str, Any]
+    maximum: dict[str, Any]
+
+
+def existing(table: Any, root: str, stats: Sequence[str] = ()) -> list[Existing]:
+    """The data files of the delta-rs ``table`` (at ``root``) at its loaded version."""
+    from urllib.parse import unquote
+
+    adds = pa.table(table.get_add_actions(flatten=True))
+    partition_by = list(table.metadata().partition_columns)
+
+    def column(name: str) -> list[Any]:
+        return adds.column(name).to_pylist() if name in adds.column_names else [None] * adds.num_rows
+
+    parts = {c: column(f"partition.{c}") for c in partition_by}
+    low = {c: column(f"min.{c}") for c in stats}
+    high = {c: column(f"max.{c}") for c in stats}
+    sizes = column("size_bytes")
+    return [
+        Existing(
+            path=unquote(path),
+            uri=f"{root.rstrip('/')}/{unquote(path)}",
+            size=sizes[i],
+            partition_values={c: None if v[i] is None else _partition_text(v[i]) for c, v in parts.items()},
+            minimum={c: low[c][i] for c in stats},
+            maximum={c: high[c][i] for c in stats},
+        )
+        for i, path in enumerate(adds.column("path").to_pylist())
+    ]
+
+
+def removed_files(files: Sequence[Existing], removes: Callable[[Existing], bool | None]) -> list[Existing] | None:
+    """The files a replace removes: those ``removes`` says it replaces whole (True); None when it
+    cannot tell for one (None: the file holds rows the replace keeps beside rows it replaces, and
+    only a rewrite of that file, Spark's, can keep them)."""
+    out = []
+    for f in files:
+        verdict = removes(f)
+        if verdict is None:
+            return None
+        if verdict:
+            out.append(f)
+    return out
 
 
 def append(
@@ -404,3 +474,29 @@ def append(
     table, goal = found
     write = functools.partial(write_files, target=goal, rows_of=rows_of)
     return commit(table, goal, frame.mapInArrow(write, ADD_DDL).toArrow(), metadata)
+
+
+def replace(
+    frame: DataFrame,
+    path: str,
+    rows_of: Callable[[Iterable[pa.RecordBatch]], Iterable[pa.RecordBatch | pa.Table]],
+    removes: Callable[[Existing], bool | None],
+    stats: Sequence[str] = (),
+    metadata: dict[str, Any] | None = None,
+) -> int | None:
+    """Replace files of the Delta table at ``path`` by the rows ``rows_of`` makes of ``frame``'s
+    Arrow batches, in one commit: the tasks write the new files (as :func:`append`), and the
+    commit removes the existing files ``removes`` says it replaces whole (given each file with its
+    bounds on ``stats``). A replace whose rows are not file-aligned — a file holding rows it
+    replaces beside rows it keeps — cannot be done this way: None, and nothing written, as when
+    these writes must not write the table (:func:`opened`); the caller writes it with Spark."""
+    found = opened(path)
+    if found is None:
+        return None
+    table, goal = found
+    removed = removed_files(existing(table, goal.root, stats), removes)
+    if removed is None:
+        log.debug("a file of %s holds rows the replace keeps: Spark writes it", path)
+        return None
+    write = functools.partial(write_files, target=goal, rows_of=rows_of)
+    return commit(table, goal, frame.mapInArrow(write, ADD_DDL).toArrow(), metadata, removed)

@@ -220,3 +220,60 @@ def test_tables_the_tasks_must_not_write_are_left_to_spark(tmp_path: Path) -> No
     new_table(tmp_path / "checked").alter.add_constraint({"positive": "record_offset >= 0"})
     assert taskwrite.opened(str(tmp_path / "checked")) is None
     assert taskwrite.opened(str(tmp_path / "missing")) is None
+
+
+def replace(path: Path, data: pa.Table, removes) -> int:
+    """``data`` written by one task and committed as a replace of the files ``removes`` picks."""
+    table, goal = taskwrite.opened(str(path))  # type: ignore[misc]
+    removed = taskwrite.removed_files(taskwrite.existing(table, goal.root, ["record_offset"]), removes)
+    assert removed is not None
+    actions = pa.Table.from_batches(list(taskwrite.write_files(data.to_batches(), goal, lambda b: b)),
+                                    taskwrite.ADD_SCHEMA)  # fmt: skip
+    return taskwrite.commit(table, goal, actions, None, removed)
+
+
+def test_a_replace_removes_the_files_it_replaces_in_the_same_commit(tmp_path: Path) -> None:
+    new_table(tmp_path / "t")
+    data = rows(600)
+    write(tmp_path / "t", data)
+    weird = pc.equal(data["cluster"], WEIRD)
+    # the escaped cluster's rows of partitions 0 and 1 replaced by new ones; partition 2 and the
+    # other cluster kept
+    replaced = pc.and_(weird, pc.less(data["offsets_partition"], 2))
+    new = data.filter(replaced).slice(0, 40)
+    offsets = pa.array(range(10**6, 10**6 + new.num_rows), pa.int64())
+    new = new.set_column(2, SCHEMA.field("record_offset"), offsets)
+    seen: list[dict] = []
+
+    def removes(f: taskwrite.Existing) -> bool:
+        seen.append(f.partition_values)
+        assert f.minimum["record_offset"] <= f.maximum["record_offset"]  # the bounds asked for
+        assert Path(f.uri.removeprefix("file://")).is_file()  # where the file is, unescaped
+        return f.partition_values["cluster"] == WEIRD and f.partition_values["offsets_partition"] in ("0", "1")
+
+    before = DeltaTable(str(tmp_path / "t")).version()
+    assert replace(tmp_path / "t", new, removes) == 40
+    assert len(seen) == 12  # every file of the version was asked about
+    table = DeltaTable(str(tmp_path / "t"))
+    assert table.version() == before + 1  # one commit adds and removes
+    expected = pa.concat_tables([data.filter(pc.invert(replaced)), new])
+    assert sort(table.to_pyarrow_table()).cast(SCHEMA).equals(sort(expected).cast(SCHEMA))
+    log = (tmp_path / "t" / "_delta_log" / f"{before + 1:020d}.json").read_text().splitlines()
+    removes = [json.loads(line)["remove"] for line in log if '"remove"' in line]
+    # two partitions, a file of each of the two tasks that wrote them
+    assert len(removes) == 4 and all(r["dataChange"] for r in removes)
+
+
+def test_a_replace_that_is_not_file_aligned_is_refused(tmp_path: Path) -> None:
+    new_table(tmp_path / "t")
+    write(tmp_path / "t", rows(60))
+    table, goal = taskwrite.opened(str(tmp_path / "t"))  # type: ignore[misc]
+    files = taskwrite.existing(table, goal.root)
+    # one file the caller cannot tell about: nothing may be removed, nothing written
+    verdicts = iter([True, None] + [False] * len(files))
+    assert taskwrite.removed_files(files, lambda f: next(verdicts)) is None
+    assert taskwrite.removed_files(files, lambda f: False) == []
+    # a replace that removes every file and adds nothing: an empty table, still one commit
+    assert taskwrite.commit(table, goal, taskwrite.ADD_SCHEMA.empty_table(), None, files) == 0
+    after = DeltaTable(str(tmp_path / "t"))
+    assert after.version() == 2 and after.to_pyarrow_table().num_rows == 0
