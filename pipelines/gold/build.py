@@ -13,8 +13,9 @@ One run (docs/gold.md):
    tables, and the files of offset_history and group_generations that hold open intervals) — and
    each task reads its partitions' files with pyarrow, builds the events
    (:func:`pipelines.gold.events.partition_events`) and runs
-   :class:`pipelines.gold.engine.PartitionReplay`, which returns the partition's complete current
-   state, the history and generation intervals it closed, and the open ones.
+   :class:`pipelines.gold.engine.PartitionReplay` on the groups its events touch (the other
+   groups' rows pass through, :func:`pipelines.gold.engine.replay`), which returns the partition's
+   complete current state, the history and generation intervals it closed, and the open ones.
 3. **Write**, after marking the partitions in flight: one commit per table the run changed. A
    current table's rows of the processed partitions are replaced (``replaceWhere`` on cluster and
    offsets partition; partitions a run emptied with them); offset_history and group_generations
@@ -37,6 +38,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
@@ -53,11 +55,12 @@ from pipelines.gold.buckets import (
     reads_once,
     split_buckets,
 )
-from pipelines.gold.engine import DEFAULT_RETENTION_MS, PartitionInput, PartitionReplay
+from pipelines.gold.engine import DEFAULT_RETENTION_MS, PartitionInput
+from pipelines.gold.engine import replay as replay_partition
 from pipelines.gold.events import SOURCE_TABLES, partition_events, read_schemas
 from pipelines.gold.lag import build_lag
 from pipelines.gold.plan import PART, Pair, Plan, make_plan, progress_rows
-from pipelines.runtime import blobs, faults, lake
+from pipelines.runtime import blobs, faults, lake, taskwrite
 from pipelines.runtime.files import read_parquet
 from pipelines.runtime.lake import partitions_predicate
 from pipelines.runtime.steps import Steps
@@ -222,6 +225,11 @@ def _rows_per_partition(uri: str) -> dict[int, int]:
     return {v["values"]: v["counts"] for v in pc.value_counts(column).to_pylist()}
 
 
+def _partitions_in(uri: str) -> set[int]:
+    """The offsets partitions a gold file holds rows of."""
+    return set(_rows_per_partition(uri))
+
+
 def _span(f: lake.DataFile) -> int:
     """The offsets partitions a data file's statistics span (1 for a file of one partition)."""
     low, high = f.minimum.get("offsets_partition"), f.maximum.get("offsets_partition")
@@ -311,13 +319,26 @@ def _replay_function(
             key = (table, tuple(uris))
             if key not in cache:
                 rows = read_parquet(uris, state[table].append(pa.field("offsets_partition", pa.int32())))
-                rows = rows.filter(pc.is_in(rows.column("offsets_partition"), cache["parts"]))
-                if table in INTERVALS:
+                if table in INTERVALS and rows.column(INTERVALS[table]).null_count < rows.num_rows:
                     rows = rows.filter(pc.is_null(rows.column(INTERVALS[table])))
-                cache[key] = rows
-            rows = cache[key]
-            mine = rows.filter(pc.equal(rows.column("offsets_partition"), part))
-            return mine.select(state[table].names)
+                cache[key] = by_partition(rows, cache["parts"])
+            rows, at = cache[key]
+            start, stop = at.get(part, (0, 0))
+            return rows.slice(start, stop - start).select(state[table].names)
+
+        def by_partition(rows: pa.Table, parts: pa.Array) -> tuple[pa.Table, dict[int, tuple[int, int]]]:
+            """The rows ordered by partition, and where the rows of each of ``parts`` lie: slices
+            of one table, where a filter per partition copied the rows again (at 30M records, 50
+            filters of 1M rows). Gold's files hold their rows in partition order already."""
+            values = rows.column("offsets_partition").to_numpy()
+            if len(values) and bool(np.any(values[1:] < values[:-1])):  # gold writes them in order: rarely
+                order = np.argsort(values, kind="stable")
+                rows, values = rows.take(order), values[order]
+            wanted = parts.to_numpy()
+            starts = np.searchsorted(values, wanted, "left")
+            stops = np.searchsorted(values, wanted, "right")
+            at = {int(p): (int(a), int(b)) for p, a, b in zip(wanted, starts, stops, strict=True) if b > a}
+            return rows, at
 
         def silver_chunks(table: str) -> Iterator[pa.Table]:
             uris = files["silver"].get(table) or []
@@ -398,7 +419,7 @@ def _replay_function(
             applied_offset=applied,
             **extra,
         )
-        out = PartitionReplay(inp, run_id, retention_ms, soft_delete_ms).run()
+        out = replay_partition(inp, run_id, retention_ms, soft_delete_ms)
         full = applied is None
         parts: list[tuple[str, str, pa.Table, bool]] = []
         for table, schema in schemas.items():
@@ -545,6 +566,31 @@ class TableWrite:
     # part -> partitions whose rows lie outside ``where``, added without replacing any: the closed
     # intervals of resumed partitions, and every row of a partition gold never wrote
     beyond: dict[str, list[Pair]] = field(default_factory=dict)
+    # ``where`` as sets: every row of the ``whole`` partitions, the open intervals of the ``open`` ones
+    whole: frozenset[Pair] = frozenset()
+    open: frozenset[Pair] = frozenset()
+
+    def removes(self, present: Callable[[str], set[int]]) -> Callable[[taskwrite.Existing], bool | None]:
+        """Whether this commit replaces an existing file of the table whole (True), none of its
+        rows (False), or some (None): what a replace written by tasks, which removes files and
+        cannot rewrite them, needs to know (:func:`taskwrite.replace`). ``present(uri)``: the
+        offsets partitions a file holds rows of, read from the file when its statistics cannot
+        tell (a gold file holds every offsets partition of its cluster)."""
+
+        def verdict(f: taskwrite.Existing) -> bool | None:
+            cluster = f.partition_values.get("cluster")
+            replaced = {p for c, p in self.whole if c == cluster}
+            if f.partition_values.get(CURRENT_FLAG, "true") == "true":
+                replaced |= {p for c, p in self.open if c == cluster}
+            low, high = f.minimum.get("offsets_partition"), f.maximum.get("offsets_partition")
+            if not replaced or (low is not None and high is not None and not any(low <= p <= high for p in replaced)):
+                return False
+            held = present(f.uri)
+            if held <= replaced:
+                return True
+            return False if not held & replaced else None
+
+        return verdict
 
 
 def table_writes(
@@ -559,12 +605,14 @@ def table_writes(
     out: dict[str, TableWrite] = {}
     for table in GOLD_TABLES:
         written: list[str] = []  # predicates on the rows the commit replaces
+        resumed: list[Pair] = []  # partitions whose open intervals it replaces
+        full: list[Pair] = []  # partitions whose every row it replaces
         if table not in INTERVALS:
             pairs = changed.get((table, ALL), [])
             rows = set(nonempty.get((table, ALL), []))
             parts = {ALL: [p for p in pairs if p in rows]}
-            if before := [p for p in pairs if p in plan.progress]:
-                written.append(partitions_predicate(before))
+            if full := [p for p in pairs if p in plan.progress]:
+                written.append(partitions_predicate(full))
         else:
             pairs = changed.get((table, OPEN), [])
             closed, open_ = set(nonempty.get((table, CLOSED), [])), set(nonempty.get((table, OPEN), []))
@@ -583,7 +631,7 @@ def table_writes(
                     outside = [p for p in pairs if p not in plan.progress or (closed and p in plan.incremental_from)]
                     if outside:
                         beyond[part] = outside
-            out[table] = TableWrite(parts, where, beyond)
+            out[table] = TableWrite(parts, where, beyond, frozenset(full), frozenset(resumed))
     return out
 
 
@@ -621,15 +669,25 @@ def _write(
             if local_rows is not None and _write_locally(path, schemas[table], local_rows, w, fill):
                 return
             # too many rows for one delta-rs commit, or a table it cannot write: Spark writes them
-            arrow = pa.Table.from_batches(list(blobs.unpack(mine.to_batches())), schemas[table])
+            batches = list(blobs.unpack(mine.to_batches()))
+            # no batch at all (a replace that clears partitions): Spark needs a chunk per column
+            arrow = pa.Table.from_batches(batches, schemas[table]) if batches else schemas[table].empty_table()
             rows = spark.createDataFrame(fill(arrow) if fill is not None else arrow)
         else:
             picked = out.where((F.col("table") == table) & _picked(w))
             if small and fetch is not None and _write_locally(path, schemas[table], fetch.rows(table), w, fill):
                 return
-            if w.where is None:  # an append: the tasks unpacking the rows write the table's files
-                rows_of = functools.partial(blobs.unpacked, fill=fill)
-                if lake.append_from_tasks(spark, blobs.tasks(picked, count[table]), path, rows_of) is not None:
+            # the tasks unpacking the rows write the table's files: an append, or a replace that
+            # removes whole files (all offsets partitions of a file replaced: any increment that
+            # touches every partition); else Spark's writer rewrites the files it replaces rows of
+            rows_of = functools.partial(blobs.unpacked, fill=fill)
+            frame = blobs.tasks(picked, count[table])
+            if w.where is None:
+                if lake.append_from_tasks(spark, frame, path, rows_of) is not None:
+                    return
+            else:
+                removes = w.removes(_partitions_in)
+                if lake.replace_from_tasks(spark, frame, path, rows_of, removes, ("offsets_partition",)) is not None:
                     return
             rows = blobs.frame(picked, tables.spec("gold", table).ddl_columns(), count[table])
             if table in NAMED and names is not None:
@@ -710,7 +768,9 @@ def _write_locally(
     inside: list[pa.Table] = []
     beyond: list[pa.Table] = []
     extra = {(part, pair) for part, pairs in w.beyond.items() for pair in pairs}
-    for r in picked:
+    # in partition order (a stable sort: a partition's buckets keep theirs): the next increment's
+    # replay then finds each partition's rows as one slice of the file, not by copying them all
+    for r in sorted(picked, key=lambda r: (r["cluster"], r["offsets_partition"])):
         rows = pa.ipc.open_stream(r[blobs.DATA]).read_all()
         rows = fill(rows) if fill is not None else rows
         (beyond if (r["part"], (r["cluster"], r["offsets_partition"])) in extra else inside).append(rows)

@@ -35,6 +35,7 @@ The rules, per batch (the unit the coordinator writes atomically):
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,6 +57,8 @@ __all__ = [
     "PartitionOutput",
     "PartitionReplay",
     "event_schema",
+    "purge_soft_deletes",
+    "replay",
 ]
 
 DEFAULT_RETENTION_MS = 7 * 24 * 3600 * 1000  # offsets.retention.minutes' default, for the expiry cause
@@ -182,6 +185,71 @@ class PartitionOutput:
     purged: int = 0
     # per table: whether this run changed any of the partition's rows (unchanged: nothing to write)
     changed: dict[str, bool] = field(default_factory=dict)
+
+
+def purge_soft_deletes(offsets: pa.Table, log_now: int | None, retention_ms: int | None) -> tuple[pa.Table, int]:
+    """``current_offsets`` rows without the soft deletes older than the retention, measured from the
+    latest event of the run (log time: replaying old files purges as the live cluster did), and
+    how many went. Safe: silver keeps the tombstone, and late data makes the partition replay from
+    its start."""
+    if retention_ms is None or log_now is None or not offsets.num_rows:
+        return offsets, 0
+    cutoff = log_now - retention_ms
+    old = pc.and_(offsets.column("deleted"), pc.less(offsets.column("deleted_timestamp"), cutoff))
+    kept = offsets.filter(pc.invert(pc.fill_null(old, False)))
+    return kept, offsets.num_rows - kept.num_rows
+
+
+# PartitionInput's persisted rows -> the gold table they are
+STATE_TABLES = {
+    "offsets": "current_offsets", "pending": "pending_transactions", "groups": "current_groups",
+    "history": "offset_history", "generations": "group_generations", "members": "consumer_group_members",
+    "share_members": "share_group_members", "streams_members": "streams_group_members",
+    "topologies": "streams_group_topologies",
+}  # fmt: skip
+
+
+def replay(
+    inp: PartitionInput,
+    run_id: str,
+    retention_ms: int = DEFAULT_RETENTION_MS,
+    soft_delete_retention_ms: int | None = None,
+) -> PartitionOutput:
+    """:class:`PartitionReplay` of the groups the events touch; every other group's persisted rows
+    pass through as they are, in Arrow (what changes for them: soft deletes the run's clock
+    purges). Same output as the replay of the whole state, rows in another order: every rule of
+    the replay is a rule of one group or of one key, and a key belongs to one group (the argument
+    buckets rest on, docs/gold.md). The touched groups are those of the events, and every group
+    with pending transactional offsets (a marker names a producer, not a group). An increment of
+    a large partition touches a few of its groups: the replay's Python work follows them, not the
+    partition's whole state (at 30M records a 1 % increment touched 17 % of the keys)."""
+    state = {name: getattr(inp, name) for name in STATE_TABLES}
+    if inp.applied_offset is None or not any(t is not None and t.num_rows for t in state.values()):
+        return PartitionReplay(inp, run_id, retention_ms, soft_delete_retention_ms).run()
+    ids = [inp.events.column("group_id")]
+    if inp.pending is not None:
+        ids.append(inp.pending.column("group_id"))
+    chunks = [chunk.cast(pa.string()) for column in ids for chunk in column.chunks]
+    touched = pc.unique(pa.chunked_array(chunks, pa.string()).drop_null())
+    mine: dict[str, pa.Table | None] = {}
+    rest: dict[str, pa.Table] = {}
+    for name, rows_ in state.items():
+        if rows_ is None:
+            mine[name] = None
+            continue
+        inside = pc.is_in(rows_.column("group_id"), touched)
+        mine[name], rest[name] = rows_.filter(inside), rows_.filter(pc.invert(inside))
+    out = PartitionReplay(dataclasses.replace(inp, **mine), run_id, retention_ms, soft_delete_retention_ms).run()
+    for name, passed in rest.items():
+        table = STATE_TABLES[name]
+        if name == "offsets":
+            passed, purged = purge_soft_deletes(passed, out.log_now, soft_delete_retention_ms)
+            out.purged += purged
+            out.changed[table] = out.changed.get(table, False) or purged > 0
+        if passed.num_rows:
+            built = out.tables[table]
+            out.tables[table] = concat_all([built, passed], built.schema)
+    return out
 
 
 class PartitionReplay:
@@ -650,16 +718,7 @@ class PartitionReplay:
         )
 
     def _purge(self, offsets: pa.Table, log_now: int | None) -> tuple[pa.Table, int]:
-        """Drop soft deletes older than the retention, measured from the latest event of this run
-        (log time: replaying old files purges as the live cluster did). Safe: silver keeps the
-        tombstone, and late data makes the partition replay from its start."""
-        if self.soft_delete_retention_ms is None or log_now is None or not offsets.num_rows:
-            return offsets, 0
-        cutoff = log_now - self.soft_delete_retention_ms
-        old = pc.and_(offsets.column("deleted"), pc.less(offsets.column("deleted_timestamp"), cutoff))
-        keep = pc.invert(pc.fill_null(old, False))
-        kept = offsets.filter(keep)
-        return kept, offsets.num_rows - kept.num_rows
+        return purge_soft_deletes(offsets, log_now, self.soft_delete_retention_ms)
 
     def _state_columns(
         self, live: list[int | None], dead: list[tuple | None]

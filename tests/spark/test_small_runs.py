@@ -1,9 +1,10 @@
 """A small run is read, decoded, replayed and written on the driver (bronze ``LOCAL_READ_BYTES``,
 silver ``LOCAL_DECODE_ROWS``, gold ``LOCAL_REPLAY_ROWS``, delta-rs commits up to
 ``lake.LOCAL_WRITE_ROWS``), a large one in Spark's tasks: the same log, taken each way (a first run
-over one offsets partition, then an increment with the rest: silver's snapshot and its change data
-feed, gold's first replay and its resumption), gives the same bronze, silver and gold tables, row
-for row. Most tests' logs are small, so this is where the Spark paths are proven on every CI run."""
+over the first segment of every offsets partition, then an increment with the rest: silver's
+snapshot and its change data feed, gold's first replay and its resumption of every partition),
+gives the same bronze, silver and gold tables, row for row. Most tests' logs are small, so this is
+where the Spark paths are proven on every CI run (gold's replaces written by its tasks too)."""
 
 from __future__ import annotations
 
@@ -31,18 +32,22 @@ RUN_COLUMNS = {"run_id", "ingested_at", "committed_at"}
 
 
 def build(spark, root: Path, logs: Path) -> tuple[Tables, list[str], list[int], list[str]]:
-    """Bronze, silver and gold over partition 0, then over the whole log; the silver modes, the
-    Spark jobs bronze and silver ran in each step, and where gold replayed."""
+    """Bronze, silver and gold over the first segment of each partition, then over the whole log;
+    the silver modes, the Spark jobs bronze and silver ran in each step, and where gold replayed."""
     tables = Tables(spark, str(root))
     modes, jobs, replays = [], [], []
     tracker = spark.sparkContext.statusTracker()
-    for step, paths in enumerate(([logs / "__consumer_offsets-0"], [logs])):
+    first = [sorted(d.glob("*.log"))[0] for d in sorted(logs.glob("__consumer_offsets-*"))]
+    for step, paths in enumerate((first, [logs])):
         spark.sparkContext.setJobGroup(f"small-runs-{root.name}-{step}", "test_small_runs")
         src = SegmentsSource(kind="segments", cluster="c", paths=[str(p) for p in paths])
         ingest_segments(spark, tables, "s", src, f"b{step}", "/")
         modes.append(run_silver(spark, tables, f"s{step}").mode)
         jobs.append(len(tracker.getJobIdsForGroup(f"small-runs-{root.name}-{step}")))
-        replays.append(run_gold(spark, tables, f"g{step}").replayed_on)
+        gold = run_gold(spark, tables, f"g{step}")
+        replays.append(gold.replayed_on)
+        # the increment resumes every partition: gold's commits replace the partitions' rows
+        assert (gold.partitions_recomputed, gold.partitions_incremental) == ((3, 0) if step == 0 else (0, 3))
     return tables, modes, jobs, replays
 
 
@@ -74,8 +79,18 @@ def test_the_driver_and_spark_paths_write_the_same_tables(spark, tmp_path, monke
         return from_files[-1]
 
     monkeypatch.setattr(silver_ingest, "decode_files", decode_files)
+    replaced = []  # gold's replaces written by its tasks: rows, or None where Spark wrote instead
+    replace_from_tasks = lake.replace_from_tasks
+
+    def replace(*args, **kwargs):
+        replaced.append(replace_from_tasks(*args, **kwargs))
+        return replaced[-1]
+
+    monkeypatch.setattr(lake, "replace_from_tasks", replace)
     tasks, task_modes, task_jobs, task_replays = build(spark, tmp_path / "tasks", logs)
     assert len(from_files) == 1 and from_files[0] is not None
+    # every partition resumed, so every file a replace touched held only rows it replaced
+    assert replaced and all(r is not None for r in replaced), replaced
 
     assert local_modes == task_modes == ["snapshot", "incremental"]
     assert local_replays == mixed_replays == ["driver", "driver"] and task_replays == ["spark", "spark"]

@@ -10,7 +10,7 @@ the group tables must not depend on the cuts.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -148,7 +148,11 @@ class Lake:
         t = self.tables[table]
         return None if t is None else t.filter(pc.is_null(t.column(column)))
 
-    def run(self, part: int, rows: list[dict], soft_delete_ms: int | None = None) -> ge.PartitionOutput:
+    def run(
+        self, part: int, rows: list[dict], soft_delete_ms: int | None = None, replay: Callable | None = None
+    ) -> ge.PartitionOutput:
+        """Replay ``rows`` on the tables (``replay``: the engine's entry point, PartitionReplay's
+        ``run`` by default) and write its output as build.py does."""
         inp = ge.PartitionInput(
             "c",
             part,
@@ -164,7 +168,10 @@ class Lake:
             topologies=self.tables["streams_group_topologies"],
             applied_offset=self.applied,
         )
-        out = ge.PartitionReplay(inp, f"run{self.runs}", DEFAULT_RETENTION_MS, soft_delete_ms).run()
+        if replay is None:
+            out = ge.PartitionReplay(inp, f"run{self.runs}", DEFAULT_RETENTION_MS, soft_delete_ms).run()
+        else:
+            out = replay(inp, f"run{self.runs}", DEFAULT_RETENTION_MS, soft_delete_ms)
         self.runs += 1
         for name in CURRENT:
             self.tables[name] = out.tables[name]
@@ -536,6 +543,38 @@ def test_offset_with_pending_transactional_offsets_is_never_expired() -> None:
     ):
         [row] = Lake().run(0, events).tables["current_offsets"].to_pylist()
         assert (row["deleted"], row["delete_cause"]) == (True, cause)
+
+
+def test_groups_no_event_touches_pass_through_with_the_run_s_clock_and_markers() -> None:
+    """engine.replay replays only the groups its events touch: a group with no event still has its
+    old soft deletes purged by the run's clock, and its pending transactional offsets committed by
+    a marker (which names a producer, not a group) — as the whole state's replay does."""
+    minute = 60_000
+    commit = {"topic": "t", "partition": 0, "record_type": 1, "committed_offset": 5, "leader_epoch": -1,
+              "metadata": "", "commit_timestamp": 1000, "expire_timestamp": -1}  # fmt: skip
+    first = [
+        _ev(0, ge.COMMIT, group_id="gone", **commit),
+        _ev(1, ge.OFFSET_TOMBSTONE, group_id="gone", topic="t", partition=0, record_type=1),
+        _ev(2, ge.COMMIT, group_id="txn", **commit, transactional=True, producer_id=7),
+        _ev(3, ge.COMMIT, group_id="other", **commit),
+    ]
+    later = 1000 + 10 * minute
+    second = [
+        _ev(4, ge.COMMIT, group_id="other", **(commit | {"committed_offset": 9}), timestamp_ms=later),
+        _ev(5, ge.MARKER, transactional=True, producer_id=7, control_type_id=ge.COMMIT_MARKER, timestamp_ms=later),
+    ]
+    lakes = []
+    for replay in (None, ge.replay):
+        lake = Lake()
+        lake.run(0, first, soft_delete_ms=minute, replay=replay)
+        out = lake.run(0, second, soft_delete_ms=minute, replay=replay)
+        offsets = {r["group_id"]: (r["committed_offset"], r["deleted"]) for r in lake.rows("current_offsets")}
+        lakes.append((offsets, out.purged, out.changed, sorted(map(str, lake.rows("current_groups")))))
+    assert lakes[0] == lakes[1]
+    offsets, purged, changed, _ = lakes[1]
+    # "gone"'s soft delete is 10 minutes old: purged; "txn"'s offset committed by the marker
+    assert offsets == {"txn": (5, False), "other": (9, False)} and purged == 1
+    assert changed["current_offsets"] and changed["pending_transactions"]
 
 
 def test_event_columns_match_the_gold_declarations() -> None:

@@ -5,9 +5,11 @@ history already written is never in what a commit replaces."""
 from __future__ import annotations
 
 import pyarrow as pa
+import pytest
 
 from pipelines.gold.build import ALL, CLOSED, GOLD_TABLES, OPEN, _output_batches, table_writes
 from pipelines.gold.plan import Plan
+from pipelines.runtime import taskwrite
 
 A0, A1, B0 = ("a", 0), ("a", 1), ("b", 0)
 
@@ -118,3 +120,49 @@ def test_the_replays_output_comes_in_bounded_blobs_and_batches() -> None:
         got = pa.concat_tables([pa.ipc.open_stream(r["data"]).read_all() for r in mine])
         assert got.column("x").to_pylist() == expected.column("x").to_pylist(), (table, part)
         assert len(mine) == max(1, -(-expected.num_rows // 10))  # 23 rows: 3 blobs; none: 1
+
+
+def existing(cluster: str, current: bool | None, low: int | None, high: int | None) -> taskwrite.Existing:
+    """A gold file of ``cluster`` (in the ``is_current`` partition ``current``, for an interval
+    table) whose statistics bound its offsets partitions by ``low`` and ``high``."""
+    values = {"cluster": cluster} | ({} if current is None else {"is_current": "true" if current else "false"})
+    return taskwrite.Existing(f"{cluster}-{current}-{low}-{high}", "uri", 1, values,
+                              {"offsets_partition": low}, {"offsets_partition": high})  # fmt: skip
+
+
+def test_a_replace_removes_only_files_whose_every_row_it_replaces() -> None:
+    """What a replace written by tasks (files removed whole, none rewritten) may do with each
+    existing file: remove it, keep it, or give up when the file holds both kinds of rows."""
+    changed = {("offset_history", OPEN): [A0, A1, B0], ("current_offsets", ALL): [A0, A1]}
+    nonempty = {("offset_history", OPEN): [A0, A1, B0], ("current_offsets", ALL): [A0, A1]}
+    writes = table_writes(plan(full=[B0], resumed=[A0, A1], written=[B0]), changed, nonempty)
+    held = {"a01": {0, 1}, "a0": {0}, "a012": {0, 1, 2}, "b0": {0}}
+
+    def verdict(table: str, f: taskwrite.Existing, uri: str) -> bool | None:
+        read: list[str] = []
+
+        def present(u: str) -> set[int]:
+            read.append(u)
+            return held[uri]
+
+        got = writes[table].removes(present)(f)
+        assert read in ([], ["uri"])
+        return got
+
+    history = "offset_history"
+    # a's open intervals: every partition a file holds is resumed -> removed whole
+    assert verdict(history, existing("a", True, 0, 1), "a01") is True
+    assert verdict(history, existing("a", True, 0, 0), "a0") is True
+    # a file also holding partition 2's open intervals, which this run keeps: only Spark can rewrite it
+    assert verdict(history, existing("a", True, 0, 2), "a012") is None
+    # a's closed history is never replaced by a resumed partition
+    assert verdict(history, existing("a", False, 0, 1), "a01") is False
+    # b0 is recomputed: its closed and open intervals both go
+    assert verdict(history, existing("b", False, 0, 0), "b0") is True
+    assert verdict(history, existing("b", True, 0, 0), "b0") is True
+    # statistics that exclude every replaced partition: kept without reading the file
+    assert writes["current_offsets"].removes(lambda u: pytest.fail("read"))(existing("a", None, 5, 9)) is False
+    assert writes["current_offsets"].removes(lambda u: pytest.fail("read"))(existing("b", None, 0, 0)) is False
+    # no statistics: the file is read to tell
+    assert verdict("current_offsets", existing("a", None, None, None), "a01") is True
+    assert verdict("current_offsets", existing("a", None, None, None), "a012") is None
