@@ -288,6 +288,7 @@ def run_once(
     if proxy is not None:
         proxy.reset_counts()
     out: dict[str, Any] = {"run": label, "stages": {}}
+    os.sync()  # no dirty pages of the benchmark's own copies written back during the run
     try:
         for stage in stages:
             group = f"pipeline-bench-{label}-{stage}"

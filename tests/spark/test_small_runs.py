@@ -8,6 +8,7 @@ where the Spark paths are proven on every CI run (gold's replaces written by its
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -31,19 +32,32 @@ pytestmark = pytest.mark.spark
 RUN_COLUMNS = {"run_id", "ingested_at", "committed_at"}
 
 
-def build(spark, root: Path, logs: Path) -> tuple[Tables, list[str], list[int], list[str]]:
+def build(
+    spark, root: Path, logs: Path, silver: list[Path] | None = None, keep: list[Path] | None = None
+) -> tuple[Tables, list[str], list[int], list[str]]:
     """Bronze, silver and gold over the first segment of each partition, then over the whole log;
-    the silver modes, the Spark jobs bronze and silver ran in each step, and where gold replayed."""
+    the silver modes, the Spark jobs bronze and silver ran in each step, and where gold replayed.
+    ``keep``: where to copy each step's bronze and silver; ``silver``: such copies, which gold then
+    reads instead of running bronze and silver itself (a build that differs from another only in
+    gold)."""
     tables = Tables(spark, str(root))
     modes, jobs, replays = [], [], []
     tracker = spark.sparkContext.statusTracker()
     first = [sorted(d.glob("*.log"))[0] for d in sorted(logs.glob("__consumer_offsets-*"))]
     for step, paths in enumerate((first, [logs])):
         spark.sparkContext.setJobGroup(f"small-runs-{root.name}-{step}", "test_small_runs")
-        src = SegmentsSource(kind="segments", cluster="c", paths=[str(p) for p in paths])
-        ingest_segments(spark, tables, "s", src, f"b{step}", "/")
-        modes.append(run_silver(spark, tables, f"s{step}").mode)
-        jobs.append(len(tracker.getJobIdsForGroup(f"small-runs-{root.name}-{step}")))
+        if silver is not None:
+            for layer in ("bronze", "silver"):
+                shutil.rmtree(root / layer, ignore_errors=True)
+                shutil.copytree(silver[step] / layer, root / layer)
+        else:
+            src = SegmentsSource(kind="segments", cluster="c", paths=[str(p) for p in paths])
+            ingest_segments(spark, tables, "s", src, f"b{step}", "/")
+            modes.append(run_silver(spark, tables, f"s{step}").mode)
+            jobs.append(len(tracker.getJobIdsForGroup(f"small-runs-{root.name}-{step}")))
+        if keep is not None:
+            for layer in ("bronze", "silver"):
+                shutil.copytree(root / layer, keep[step] / layer)
         gold = run_gold(spark, tables, f"g{step}")
         replays.append(gold.replayed_on)
         # the increment resumes every partition: gold's commits replace the partitions' rows
@@ -63,12 +77,14 @@ def rows(spark, tables: Tables, layer: str, table: str) -> list[str]:
 def test_the_driver_and_spark_paths_write_the_same_tables(spark, tmp_path, monkeypatch) -> None:
     generated = generate(tmp_path / "logs", 4000, seed=17, partitions=3, segment_bytes=16 * 1024)
     logs = generated.out
-    local, local_modes, local_jobs, local_replays = build(spark, tmp_path / "driver", logs)
-    # gold replayed on the driver, its commits written by Spark (rows beyond one delta-rs commit);
-    # from here on, the replay's output comes in blobs of 4 KiB (a partition's tables in many)
+    steps = [tmp_path / "step-0", tmp_path / "step-1"]
+    local, local_modes, local_jobs, local_replays = build(spark, tmp_path / "driver", logs, keep=steps)
+    # gold replayed on the driver, its commits written by Spark (rows beyond one delta-rs commit),
+    # on the same silver; from here on, the replay's output comes in blobs of 4 KiB (a partition's
+    # tables in many)
     monkeypatch.setattr(lake, "LOCAL_WRITE_ROWS", -1)
     monkeypatch.setattr(gold_build, "BLOB_BYTES", 4096)
-    mixed, _, _, mixed_replays = build(spark, tmp_path / "mixed", logs)
+    mixed, _, _, mixed_replays = build(spark, tmp_path / "mixed", logs, silver=steps)
     monkeypatch.setattr(bronze_ingest, "LOCAL_READ_BYTES", -1)  # every read in Spark's tasks
     monkeypatch.setattr(silver_ingest, "LOCAL_DECODE_ROWS", -1)  # every decode in Spark's tasks
     monkeypatch.setattr(gold_build, "LOCAL_REPLAY_ROWS", -1)  # every replay in Spark's tasks
