@@ -329,7 +329,9 @@ def _replay_function(
         def by_partition(rows: pa.Table, parts: pa.Array) -> tuple[pa.Table, dict[int, tuple[int, int]]]:
             """The rows ordered by partition, and where the rows of each of ``parts`` lie: slices
             of one table, where a filter per partition copied the rows again (at 30M records, 50
-            filters of 1M rows). Gold's files hold their rows in partition order already."""
+            filters of 1M rows). Gold's files hold their rows in partition order already. A task
+            replaying fewer than half of them copies its own rows and lets the rest go, as the
+            filter did: a task of a many-core cluster must not hold every partition's state."""
             values = rows.column("offsets_partition").to_numpy()
             if len(values) and bool(np.any(values[1:] < values[:-1])):  # gold writes them in order: rarely
                 order = np.argsort(values, kind="stable")
@@ -338,6 +340,13 @@ def _replay_function(
             starts = np.searchsorted(values, wanted, "left")
             stops = np.searchsorted(values, wanted, "right")
             at = {int(p): (int(a), int(b)) for p, a, b in zip(wanted, starts, stops, strict=True) if b > a}
+            kept = sum(b - a for a, b in at.values())
+            if kept < len(values) // 2:  # a task of many: keep its own rows, not the cluster's
+                ranges = sorted(at.items(), key=lambda kv: kv[1][0])
+                rows = rows.take(np.concatenate([np.arange(a, b) for _, (a, b) in ranges] or [np.empty(0, np.int64)]))
+                at, start = {}, 0
+                for p, (a, b) in ranges:
+                    at[p], start = (start, start + b - a), start + b - a
             return rows, at
 
         def silver_chunks(table: str) -> Iterator[pa.Table]:
@@ -794,11 +803,11 @@ def _refresh_names(spark: SparkSession, tables: Tables) -> bool:
     names: dict[tuple[str, str], str] | None = None
     for table, arrays in NAMED.items():
         path = tables.path("gold", table)
-        rows_ = lake.read_arrow(spark, path)
-        if rows_ is not None and rows_.num_rows <= lake.LOCAL_WRITE_ROWS:
+        current = lake.read_arrow(spark, path)
+        if current is not None and current.num_rows <= lake.LOCAL_WRITE_ROWS:
             names = topic_name_map(spark, tables) if names is None else names
-            named = fill_topic_names_arrow(rows_, list(arrays), names)
-            if named.equals(rows_):
+            named = fill_topic_names_arrow(current, list(arrays), names)
+            if named.equals(current):
                 continue
             if lake.write_arrow(named, path, "true"):
                 wrote = True
