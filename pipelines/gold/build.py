@@ -594,6 +594,8 @@ class TableWrite:
             low, high = f.minimum.get("offsets_partition"), f.maximum.get("offsets_partition")
             if not replaced or (low is not None and high is not None and not any(low <= p <= high for p in replaced)):
                 return False
+            if low is not None and high is not None and set(range(low, high + 1)) <= replaced:
+                return True  # every partition its statistics allow is replaced: no read
             held = present(f.uri)
             if held <= replaced:
                 return True

@@ -150,10 +150,13 @@ def test_a_replace_removes_only_files_whose_every_row_it_replaces() -> None:
         return got
 
     history = "offset_history"
-    # a's open intervals: every partition a file holds is resumed -> removed whole
-    assert verdict(history, existing("a", True, 0, 1), "a01") is True
-    assert verdict(history, existing("a", True, 0, 0), "a0") is True
-    # a file also holding partition 2's open intervals, which this run keeps: only Spark can rewrite it
+    # a's open intervals: every partition a file's statistics allow is resumed -> removed whole,
+    # without reading the file
+    assert writes[history].removes(lambda u: pytest.fail("read"))(existing("a", True, 0, 1)) is True
+    assert writes[history].removes(lambda u: pytest.fail("read"))(existing("a", True, 0, 0)) is True
+    # statistics that allow partition 2, which this run keeps: the file is read to tell
+    assert verdict(history, existing("a", True, 0, 2), "a01") is True
+    # a file also holding partition 2's open intervals: only Spark can rewrite it
     assert verdict(history, existing("a", True, 0, 2), "a012") is None
     # a's closed history is never replaced by a resumed partition
     assert verdict(history, existing("a", False, 0, 1), "a01") is False
