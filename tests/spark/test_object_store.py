@@ -86,7 +86,7 @@ def test_a_job_on_the_store_first_run_increment_and_no_op(spark, store: Store, t
     tables = Tables(spark, root)
 
     def differences(expected: Path) -> list[str]:
-        return gold_differences(spark, tables, expected)  # it registers gold's tables and views
+        return gold_differences(spark, tables, expected)
 
     run(config, "first")  # bronze, silver and gold; quality with the increment
     first = tmp_path / "first-state.json"

@@ -92,6 +92,7 @@ def test_skewed_log_through_gold(session_conf_restored, tmp_path: Path, monkeypa
         .collect()
     }  # fmt: skip
     assert len(per_record) == 3 and set(per_record.values()) == {(500, 10_000)}, per_record
+    ctx.tables.register_existing(["gold"])  # the view by name (a job registers nothing)
     current = spark.sql(
         f"SELECT count(*) AS members, sum(aggregate(assigned_partitions, 0, (s, a) -> s + size(a.partitions))) AS "
         f"assigned, count(DISTINCT member_id) AS ids FROM gold.current_group_members WHERE group_id = '{big}'"
