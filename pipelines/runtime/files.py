@@ -16,13 +16,31 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyarrow import fs
 
-__all__ = ["exists", "filesystem", "normalise", "plain_types", "read_parquet", "upload_tree", "write_bytes"]
+__all__ = [
+    "data_file_uri",
+    "exists",
+    "filesystem",
+    "normalise",
+    "plain_types",
+    "read_parquet",
+    "upload_tree",
+    "write_bytes",
+]
+
+
+def data_file_uri(root: str, path: str) -> str:
+    """A data file's location: the Delta log's ``path`` is a URI-encoded path relative to the
+    table at ``root`` (absolute only for a shallow clone's files)."""
+    if "://" in path or path.startswith(("file:", "/")):
+        return unquote(path)
+    return f"{root.rstrip('/')}/{unquote(path)}"
 
 
 def normalise(uri: str) -> str:

@@ -27,7 +27,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, TypeVar
-from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -40,7 +39,7 @@ from pyspark.util import inheritable_thread_target
 
 from pipelines.errors import UnsupportedTable
 from pipelines.runtime import taskwrite
-from pipelines.runtime.files import normalise, plain_types
+from pipelines.runtime.files import data_file_uri, normalise, plain_types
 from pipelines.runtime.storage import delta_rs_options
 
 __all__ = [
@@ -311,7 +310,7 @@ def _files_by_delta_rs(
     root = path.rstrip("/")
     return [
         DataFile(
-            uri=_file_uri(root, rel),
+            uri=data_file_uri(root, rel),
             partition=tuple(p[i] for p in parts),
             rows=rows[i],
             minimum={c: low[c][i] for c in stats},
@@ -359,7 +358,7 @@ def _files_by_spark(
         low, high, nulls = st.get("minValues", {}), st.get("maxValues", {}), st.get("nullCount", {})
         out[r["_table"]].append(
             DataFile(
-                uri=_file_uri(r["_root"], r["path"]),
+                uri=data_file_uri(r["_root"], r["path"]),
                 partition=tuple(r[f"_p{i}"] for i in range(n)),
                 rows=st.get("numRecords"),
                 minimum={c: low.get(c) for c in stats},
@@ -368,14 +367,6 @@ def _files_by_spark(
             )
         )
     return out
-
-
-def _file_uri(root: str, path: str) -> str:
-    """A data file's location: the log's ``path`` is a URI-encoded path relative to the table
-    (absolute only for a shallow clone's files)."""
-    if "://" in path or path.startswith(("file:", "/")):
-        return unquote(path)
-    return f"{root}/{unquote(path)}"
 
 
 def read_arrow(

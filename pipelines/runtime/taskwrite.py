@@ -29,13 +29,14 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyarrow import fs
 
-from pipelines.runtime.files import filesystem, normalise, plain_types
+from pipelines.runtime.files import data_file_uri, filesystem, normalise, plain_types
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -419,8 +420,6 @@ class Existing:
 
 def existing(table: Any, root: str, stats: Sequence[str] = ()) -> list[Existing]:
     """The data files of the delta-rs ``table`` (at ``root``) at its loaded version."""
-    from urllib.parse import unquote
-
     adds = pa.table(table.get_add_actions(flatten=True))
     partition_by = list(table.metadata().partition_columns)
 
@@ -434,7 +433,7 @@ def existing(table: Any, root: str, stats: Sequence[str] = ()) -> list[Existing]
     return [
         Existing(
             path=unquote(path),
-            uri=f"{root.rstrip('/')}/{unquote(path)}",
+            uri=data_file_uri(root, path),
             size=sizes[i],
             partition_values={c: None if v[i] is None else _partition_text(v[i]) for c, v in parts.items()},
             minimum={c: low[c][i] for c in stats},
