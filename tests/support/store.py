@@ -56,8 +56,8 @@ class _Relay:
     """The proxy's work, in a process of its own (:func:`_relay_main`): forwards bytes both ways,
     can be cut and restored, loses one answer on cue, counts requests."""
 
-    def __init__(self, target_port: int, port: int, hook_port: int) -> None:
-        self.target_port, self.port = target_port, port
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
         self.requests: Counter[str] = Counter()
         self.paths: list[tuple[str, str]] = []
         self.lost: list[str] = []
@@ -66,14 +66,22 @@ class _Relay:
         self._conns: set[socket.socket] = set()
         self._listener: socket.socket | None = None
         self._lose: re.Pattern[bytes] | None = None
-        self._hook = socket.create_server(("127.0.0.1", hook_port))
+        # every port is the kernel's pick, bound here and reported to the parent: a port chosen
+        # by free_port() and bound later can be taken meanwhile by another worker's server, whose
+        # readiness probe then lands on this relay (a probe of the hook port took the proxy down)
+        self._hook = socket.create_server(("127.0.0.1", 0))
+        self.hook_port = self._hook.getsockname()[1]
         threading.Thread(target=self._serve_hook, daemon=True).start()
+        self.port = 0
         self.up()
 
     def up(self) -> None:
         if self._listener is not None:
             return
-        listener = socket.create_server(("127.0.0.1", self.port), reuse_port=True)
+        # SO_REUSEADDR (create_server's default) lets the port be bound again after down(); not
+        # SO_REUSEPORT, which would let another process listen on it beside this one
+        listener = socket.create_server(("127.0.0.1", self.port))
+        self.port = listener.getsockname()[1]
         self._listener = listener
         threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
 
@@ -172,14 +180,18 @@ class _Relay:
                 return
             with conn:
                 point = conn.makefile().readline().strip()
+                if not point:  # a connection that names no fault point (a port probe) changes nothing
+                    continue
                 self.hooked.append(point)
                 self.down()
                 conn.sendall(b"ok\n")
 
 
-def _relay_main(target_port: int, port: int, hook_port: int, control_port: int) -> None:
-    relay = _Relay(target_port, port, hook_port)
-    with socket.create_server(("127.0.0.1", control_port)) as control:
+def _relay_main(target_port: int, ports: Any) -> None:
+    relay = _Relay(target_port)
+    with socket.create_server(("127.0.0.1", 0)) as control:
+        ports.send((relay.port, relay.hook_port, control.getsockname()[1]))
+        ports.close()
         while True:
             conn, _ = control.accept()
             with conn, conn.makefile("rw") as stream:
@@ -197,12 +209,19 @@ class StoreProxy:
         import multiprocessing
 
         self.target_port = target_port
-        self.port, self.hook_port, control_port = free_port(), free_port(), free_port()
-        self._process = multiprocessing.get_context("spawn").Process(
-            target=_relay_main, args=(target_port, self.port, self.hook_port, control_port), daemon=True
-        )
+        context = multiprocessing.get_context("spawn")
+        ours, theirs = context.Pipe(duplex=False)
+        self._process = context.Process(target=_relay_main, args=(target_port, theirs), daemon=True)
         self._process.start()
-        _wait_listening(control_port)
+        theirs.close()
+        try:
+            if not ours.poll(60):
+                raise TimeoutError("the store proxy did not start within 60 s")
+            self.port, self.hook_port, control_port = ours.recv()  # bound before they were sent
+        except EOFError:
+            raise RuntimeError(f"the store proxy exited with {self._process.exitcode} before it listened") from None
+        finally:
+            ours.close()
         self._control = socket.create_connection(("127.0.0.1", control_port))
         self._stream = self._control.makefile("rw")
 
@@ -302,20 +321,44 @@ class Store:
             client.put_object(Bucket=bucket, Key=key, Body=path.read_bytes())
 
 
+def _answers_as_s3(port: int, proc: subprocess.Popen[bytes]) -> bool:
+    """Whether the server on ``port`` is ``proc``'s S3: moto takes the port a moment after
+    free_port() chose it, and another process may have bound it meanwhile (moto then exits)."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as answer:
+            ok = b"ListAllMyBucketsResult" in answer.read()
+    except OSError:
+        ok = False
+    return ok and proc.poll() is None
+
+
+def _start_moto(log_dir: Path, tries: int = 3) -> tuple[int, subprocess.Popen[bytes]]:
+    for _ in range(tries):
+        port = free_port()
+        with open(log_dir / "moto.log", "ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "MOTO_ALLOW_NONEXISTENT_REGION": "true"},
+            )
+        with contextlib.suppress(RuntimeError):
+            _wait_listening(port, proc)
+            if _answers_as_s3(port, proc):
+                return port, proc
+        proc.terminate()
+        proc.wait(timeout=30)
+    raise RuntimeError(f"moto's S3 server did not start on a port of its own ({tries} tries; {log_dir / 'moto.log'})")
+
+
 @contextlib.contextmanager
 def moto_store(log_dir: Path) -> Iterator[Store]:
     """moto's S3 server in its own process, behind a :class:`StoreProxy`."""
-    port = free_port()
     log_dir.mkdir(parents=True, exist_ok=True)
-    with open(log_dir / "moto.log", "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "MOTO_ALLOW_NONEXISTENT_REGION": "true"},
-        )
+    port, proc = _start_moto(log_dir)
     try:
-        _wait_listening(port, proc)
         proxy = StoreProxy(port)
         try:
             yield Store(proxy, proc, f"http://127.0.0.1:{port}")
