@@ -134,22 +134,18 @@ class Engine:
         params: dict[str, Any],
         run_id: str,
         names: list[str] | None = None,
-        local_max_rows: int = 0,
+        local: Any = None,
         docs: bool = True,
     ) -> list[RawResult]:
         """Run the suite's expectations (or those in ``names``) on ``df``; one result each. Counts
         first; when a rule fails, again with samples of unexpected values, and that validation
-        replaces the first in the store the Data Docs are built from. ``df`` goes to the pandas
-        engine when it has at most ``local_max_rows`` rows (0: always Spark). ``docs``: the
-        validation stays in the store the run's Data Docs are built from."""
+        replaces the first in the store the Data Docs are built from. ``local``: ``df`` as
+        :func:`collect_local` collected it, validated by GX's pandas engine; None: by Spark.
+        ``docs``: the validation stays in the store the run's Data Docs are built from."""
         with self._lock:
             gx_suite = build_suite(suite, params, names)
-        if local_max_rows > 0:
-            # one job computes the frame and collects it (outside the lock: other suites' frames
-            # are computed meanwhile); a frame found larger goes to Spark
-            local = local_frame(df.limit(local_max_rows + 1), gx_suite)
-            if len(local) <= local_max_rows:
-                return self._stored(suite, gx_suite, "pandas", local, params, run_id, docs)
+        if local is not None:
+            return self._stored(suite, gx_suite, "pandas", local, params, run_id, docs)
         # GX reads the frame once per rule and per retry: computed once, kept for those reads
         df = df.persist()
         try:
@@ -215,13 +211,25 @@ class Engine:
         return directory / "index.html"
 
 
-def local_frame(df: DataFrame, gx_suite):
-    """``df`` as a pandas DataFrame of the columns ``gx_suite``'s expectations read (all columns
-    when one reads none by name: a table-level rule)."""
+def collect_local(suite: Suite, df: DataFrame, names: list[str] | None, local_max_rows: int):
+    """``df`` as a pandas DataFrame for GX's pandas engine when it has at most ``local_max_rows``
+    rows, else None (0: never). One Spark job computes the frame and collects it; it needs no GX,
+    so a stage's first frames are computed while GX is still being imported (:func:`start_engine`),
+    and outside the engine's lock, while other suites validate."""
+    if local_max_rows <= 0:
+        return None
+    local = local_frame(df.limit(local_max_rows + 1), suite, names)
+    return local if len(local) <= local_max_rows else None
+
+
+def local_frame(df: DataFrame, suite: Suite, names: list[str] | None = None):
+    """``df`` as a pandas DataFrame of the columns the suite's expectations (those in ``names``
+    when given) read (all columns when one reads none by name: a table-level rule)."""
     columns: list[str] = []
-    for e in gx_suite.expectations:
-        named = [getattr(e, "column", None), *(getattr(e, "column_list", None) or [])]
-        named = [c for c in named if c]
+    for e in suite.expectations:
+        if names is not None and e.name not in names:
+            continue
+        named = [c for c in (e.kwargs.get("column"), *(e.kwargs.get("column_list") or [])) if c]
         if not named:
             columns = list(df.columns)
             break
@@ -240,3 +248,16 @@ def engine() -> Engine:
         if _ENGINE is None:
             _ENGINE = Engine()
     return _ENGINE
+
+
+def start_engine() -> None:
+    """Create the process's GX engine in a thread of its own: importing Great Expectations and
+    making its context take seconds (3-5 s here), which a stage spends computing its first frames
+    instead of waiting. A failure there is raised again by the next :func:`engine` call."""
+    if _ENGINE is None:
+        threading.Thread(target=_create_quietly, name="gx-engine", daemon=True).start()
+
+
+def _create_quietly() -> None:
+    with contextlib.suppress(Exception):
+        engine()

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipelines.quality import incremental
 from pipelines.quality.docs import add_summary, docs_root, docs_uri, point_latest
-from pipelines.quality.engine import engine
+from pipelines.quality.engine import collect_local, engine, start_engine
 from pipelines.quality.frames import Frame, Inputs, load_frame, sources
 from pipelines.quality.quarantine import offender_keys, offenders
 from pipelines.quality.results import (
@@ -162,7 +162,9 @@ def evaluate_suite(
             run.append(e.name)
     if not run or frame.df is None:
         return outcomes, to_quarantine
-    for raw in engine().validate(suite, frame.df, params, run_id, run, local_max_rows, docs):
+    # collected before the engine is asked for: the stage's first frames need no GX (start_engine)
+    local = collect_local(suite, frame.df, run, local_max_rows)
+    for raw in engine().validate(suite, frame.df, params, run_id, run, local, docs):
         e = raw.expectation
         r = raw.result
         details: dict[str, Any] = {"kwargs": raw.kwargs}
@@ -231,6 +233,7 @@ def run_quality(
         seen = _inputs_fingerprint(spark, tables, suites, layers, params, settings, partitions, now_ms)
         if not full and (memo.get(key) or {}).get("inputs") == seen:
             return _unchanged(spark, tables, report, memo[key]["run_id"], [s for x in layers for s in suites.layer(x)])
+    start_engine()  # GX imports while the first frames are computed
     found: list[Offenders] = []
     counted: list[tuple[Outcome, DataFrame]] = []
     previous = _earlier_validation(spark, tables, memo.get(key), seen) if seen is not None and not full else None
