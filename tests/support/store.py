@@ -68,7 +68,7 @@ class _Relay:
         self._lose: re.Pattern[bytes] | None = None
         # every port is the kernel's pick, bound here and reported to the parent: a port chosen
         # by free_port() and bound later can be taken meanwhile by another worker's server, whose
-        # readiness probe then lands on this relay (a probe of the hook port took the proxy down)
+        # readiness probe then lands on this relay (the likely way both tier proxies went down)
         self._hook = socket.create_server(("127.0.0.1", 0))
         self.hook_port = self._hook.getsockname()[1]
         threading.Thread(target=self._serve_hook, daemon=True).start()
