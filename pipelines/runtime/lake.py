@@ -1081,9 +1081,11 @@ def parallel_map(fn: Callable[[T], R], items: Sequence[T], threads: int = 4) -> 
     (in the items' order) is raised after every call has ended."""
     if len(items) <= 1 or threads <= 1:
         return [fn(item) for item in items]
-    call = inheritable_thread_target(fn)
     with ThreadPoolExecutor(max_workers=min(threads, len(items))) as pool:
-        futures = [pool.submit(call, item) for item in items]
+        # wrapped once per call: pyspark copies the caller's local properties when it wraps, and
+        # every thread running one wrapper shares that copy, so concurrent queries would overwrite
+        # (and remove) each other's execution ids in it (Spark then fails to parse a null id)
+        futures = [pool.submit(inheritable_thread_target(fn), item) for item in items]
     return [f.result() for f in futures]
 
 
