@@ -10,11 +10,13 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
 
 from bench.common import quality_differences, split_log
 from pipelines.generate import generate
+from pipelines.quality import incremental, results
 from pipelines.quality.frames import Inputs, load_frame, sources
 from pipelines.quality.suites import load_suites
 from pipelines.runner import Context, quality_job, run_job
@@ -85,6 +87,43 @@ def test_increment_equals_a_full_validation(increment) -> None:
         assert _how(report.quality_outcomes, suite) == {"incremental"}, suite
     rules = sum(len(s.expectations) for s in load_suites())
     assert _equal_to_full(ctx, report.quality_outcomes) == rules
+
+
+def test_inserted_rows_read_on_the_driver_equal_spark_s_read(increment, spark, monkeypatch) -> None:
+    """A few inserted rows are read by delta-rs and handed to Spark: the same rows, with the same
+    column names and types, as Spark's own read of the change data feed (which larger changes and
+    an object store get)."""
+    ctx, _ = increment
+    path = ctx.tables.path("silver", "offset_commits")
+    end = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").agg(F.max("version")).first()[0]
+    assert end >= 1
+    changes = incremental.Changes(pa.table({}), 1, True, {"silver.offset_commits": (1, end)})
+
+    def rows(df) -> tuple[list[tuple[str, str]], list]:
+        return sorted(df.dtypes), sorted(df.select(*sorted(df.columns)).collect())
+
+    local = rows(incremental.inserted_reader(spark, ctx.tables, changes)("silver", "offset_commits"))
+    monkeypatch.setattr(incremental, "SMALL_TABLE_ROWS", 0)
+    by_spark = rows(incremental.inserted_reader(spark, ctx.tables, changes)("silver", "offset_commits"))
+    assert local[1], "no inserted rows to compare"
+    assert local == by_spark
+
+
+def test_results_read_on_the_driver_equal_spark_s_read(increment, spark, monkeypatch) -> None:
+    """quality.results read by delta-rs (files whose run id statistics rule the run out unread)
+    equals Spark's read, for every run and for the latest."""
+    ctx, _ = increment
+    path = ctx.tables.path("quality", "results")
+    runs = sorted(r.run_id for r in spark.read.format("delta").load(path).select("run_id").distinct().collect())
+    assert len(runs) >= 2  # the job's two runs at least
+    local = {run: results.read_results(spark, ctx.tables, run) for run in [*runs, None]}
+    assert all(outcomes for _, outcomes in local.values())
+
+    def refuse(*_args):
+        raise ValueError("delta-rs refused (the test)")
+
+    monkeypatch.setattr(results, "_rows_by_delta_rs", refuse)
+    assert {run: results.read_results(spark, ctx.tables, run) for run in [*runs, None]} == local
 
 
 def _quality(ctx: Context):
