@@ -255,7 +255,7 @@ def gold_now(spark, tables, cluster: str | None = None) -> dict:
         got = lake.read_arrow(spark, tables.path("gold", t))
         names[t] = f"delta.`{tables.path('gold', t)}`"
         if got is not None:
-            spark.createDataFrame(got).createOrReplaceTempView(f"gold_now_{t}")
+            lake.spark_frame(spark, got).createOrReplaceTempView(f"gold_now_{t}")
             names[t] = f"gold_now_{t}"
     live_groups = view.sql.format(**names)
 

@@ -219,7 +219,7 @@ def inserted_reader(spark: SparkSession, tables: Tables, changes: Changes) -> Re
             if schema is not None:
                 feed = lake.changes_arrow(spark, path, start, end, schema.names)
                 inserted = feed.filter(pc.equal(feed["_change_type"], "insert")).drop_columns(["_change_type"])
-                return spark.createDataFrame(inserted)
+                return lake.spark_frame(spark, inserted)
         feed = lake.changes(spark, path, start, end)
         return feed.where(F.col("_change_type") == "insert").drop(*_CDF_COLUMNS)
 

@@ -82,6 +82,7 @@ __all__ = [
     "rows_beyond_where",
     "session_conf",
     "set_property",
+    "spark_frame",
     "sql_in_list",
     "sql_str",
     "tagged_commits",
@@ -393,6 +394,13 @@ def read_arrow(
     if df is None:
         return None
     return df.select(*columns).toArrow() if columns is not None else df.toArrow()
+
+
+def spark_frame(spark: SparkSession, rows: pa.Table) -> DataFrame:
+    """``rows`` (read on the driver) as a Spark DataFrame, a local relation. An empty table keeps
+    its schema: pyspark cannot build a frame from columns without chunks, as delta-rs returns an
+    empty read."""
+    return spark.createDataFrame(rows if rows.num_rows else rows.schema.empty_table())
 
 
 def read_arrow_where(path: str, columns: Sequence[str], where: Any) -> pa.Table:

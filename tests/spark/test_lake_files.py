@@ -90,3 +90,16 @@ def test_deletion_vectors_are_refused_with_how_to_switch_them_off(spark, tmp_pat
     # the files' row counts include the deleted rows: counts from the log are not given
     assert spark.read.format("delta").load(path).count() < 240
     assert lake.row_count(path) is None and lake.rows_per_partition(path, PART) is None
+
+
+def test_an_empty_read_becomes_an_empty_frame_with_its_schema(spark) -> None:
+    """delta-rs returns an empty read as columns without chunks, from which pyspark cannot build a
+    frame ("cannot construct ChunkedArray from empty vector"); spark_frame keeps the schema."""
+    import pyarrow as pa
+
+    schema = pa.schema([("cluster", pa.string()), ("offsets", pa.list_(pa.int64()))])
+    empty = pa.Table.from_batches([], schema)
+    with pytest.raises(Exception, match="empty vector"):
+        spark.createDataFrame(empty)
+    frame = lake.spark_frame(spark, empty)
+    assert frame.dtypes == [("cluster", "string"), ("offsets", "array<bigint>")] and frame.count() == 0
