@@ -92,7 +92,7 @@ def test_increment_equals_a_full_validation(increment) -> None:
 def test_inserted_rows_read_on_the_driver_equal_spark_s_read(increment, spark, monkeypatch) -> None:
     """A few inserted rows are read by delta-rs and handed to Spark: the same rows, with the same
     column names and types, as Spark's own read of the change data feed (which larger changes and
-    an object store get)."""
+    a Spark Connect session get)."""
     ctx, _ = increment
     path = ctx.tables.path("silver", "offset_commits")
     end = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").agg(F.max("version")).first()[0]
