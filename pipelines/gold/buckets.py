@@ -42,7 +42,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipelines.gold.events import MEMBERS_TABLE, SOURCES, selected
-from pipelines.runtime.files import filesystem
+from pipelines.runtime.files import filesystem, floor_ms
 
 __all__ = ["ALL_BUCKETS", "CHUNK_ROWS", "READ_ONCE_ROWS", "ROWS_PER_BUCKET", "PartitionFacts", "bucket_index",
            "buckets_for", "iter_parquet", "keep_bucket", "read_bucket", "read_buckets", "reads_once",
@@ -91,18 +91,6 @@ def bucket_index(groups: pa.Array | pa.ChunkedArray, buckets: int) -> np.ndarray
     return np.where(valid, of_value[np.where(valid, indices, 0).astype(np.int64)] if len(of_value) else 0, 0)
 
 
-def _floor_ms(column: pa.ChunkedArray | pa.Array) -> pa.Array:
-    """A timestamp column as epoch milliseconds, rounded down (as read_parquet reads it)."""
-    per_ms = {"s": None, "ms": 1, "us": 1_000, "ns": 1_000_000}[column.type.unit]
-    raw = pc.cast(column, pa.int64())
-    if per_ms is None:
-        return pc.multiply(raw, 1_000)
-    if per_ms == 1:
-        return raw
-    # floor division: Arrow's divide truncates toward zero, so step pre-1970 values down first
-    return pc.divide(pc.if_else(pc.less(raw, 0), pc.subtract(raw, per_ms - 1), raw), per_ms)
-
-
 def iter_parquet(
     uris: Sequence[str],
     schema: pa.Schema,
@@ -135,7 +123,7 @@ def iter_parquet(
                         continue
                     col = table.column(f.name)
                     if f.name in timestamps_as_ms and pa.types.is_timestamp(col.type):
-                        col = _floor_ms(col)
+                        col = floor_ms(col)
                     cols.append(col if col.type == f.type else col.cast(f.type))
                 yield pa.Table.from_arrays(cols, schema=schema)
 

@@ -29,6 +29,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+
 from pipelines.quality.suites import ExpectationSpec, Suite, substitute
 
 if TYPE_CHECKING:
@@ -211,30 +213,41 @@ class Engine:
         return directory / "index.html"
 
 
-def collect_local(suite: Suite, df: DataFrame, names: list[str] | None, local_max_rows: int):
+def collect_local(suite: Suite, df: Any, names: list[str] | None, local_max_rows: int):
     """``df`` as a pandas DataFrame for GX's pandas engine when it has at most ``local_max_rows``
-    rows, else None (0: never). One Spark job computes the frame and collects it; it needs no GX,
-    so a stage's first frames are computed while GX is still being imported (:func:`start_engine`),
-    and outside the engine's lock, while other suites validate."""
+    rows, else None (0: never). A Spark frame is computed and collected by one Spark job; it needs
+    no GX, so a stage's first frames are computed while GX is still being imported
+    (:func:`start_engine`), and outside the engine's lock, while other suites validate. A frame
+    built on the driver (an Arrow table, local_frames.py) is converted as Spark's ``toPandas``
+    converts what it collects."""
+    if isinstance(df, pa.Table):
+        return df.select(columns_read(suite, df.column_names, names)).to_pandas(
+            date_as_object=True, coerce_temporal_nanoseconds=True
+        )
     if local_max_rows <= 0:
         return None
     local = local_frame(df.limit(local_max_rows + 1), suite, names)
     return local if len(local) <= local_max_rows else None
 
 
-def local_frame(df: DataFrame, suite: Suite, names: list[str] | None = None):
-    """``df`` as a pandas DataFrame of the columns the suite's expectations (those in ``names``
-    when given) read (all columns when one reads none by name: a table-level rule)."""
-    columns: list[str] = []
+def columns_read(suite: Suite, columns: list[str], names: list[str] | None = None) -> list[str]:
+    """The columns the suite's expectations (those in ``names`` when given) read, of ``columns``
+    (all of them when one reads none by name: a table-level rule)."""
+    read: list[str] = []
     for e in suite.expectations:
         if names is not None and e.name not in names:
             continue
         named = [c for c in (e.kwargs.get("column"), *(e.kwargs.get("column_list") or [])) if c]
         if not named:
-            columns = list(df.columns)
-            break
-        columns += [c for c in named if c not in columns]
-    return df.select(*columns).toPandas()
+            return list(columns)
+        read += [c for c in named if c not in read]
+    return read
+
+
+def local_frame(df: DataFrame, suite: Suite, names: list[str] | None = None):
+    """``df`` as a pandas DataFrame of the columns the suite's expectations (those in ``names``
+    when given) read (:func:`columns_read`)."""
+    return df.select(*columns_read(suite, df.columns, names)).toPandas()
 
 
 _ENGINE: Engine | None = None

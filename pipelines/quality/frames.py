@@ -7,7 +7,8 @@ derived column checked by a built-in one, so its result is still a GX result wit
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import reduce
 from typing import TYPE_CHECKING, Any
@@ -33,10 +34,15 @@ if TYPE_CHECKING:
 class Frame:
     """A suite's input: the DataFrame, rules not evaluated (name -> why), notes per rule."""
 
-    df: DataFrame | None
+    df: DataFrame | pa.Table | None  # a Spark DataFrame, or Arrow built on the driver (local_frames.py)
     skipped: dict[str, str] = field(default_factory=dict)
     notes: dict[str, dict[str, Any]] = field(default_factory=dict)
     missing: str | None = None  # why the whole suite is not evaluated
+
+
+def local_rows(frame: Frame) -> bool:
+    """Whether ``frame`` was built on the driver (an Arrow table, local_frames.py)."""
+    return isinstance(frame.df, pa.Table)
 
 
 @dataclass(frozen=True)
@@ -74,9 +80,6 @@ def with_partition_rule(records: DataFrame, partitions: dict[str, int | None]) -
     """``records`` plus ``offsets_partition_matches_group``: offsets_partition = partition_for(group_id,
     N) where the cluster's N is known, else null; the rule is skipped when no N is known."""
     pairs = [(r[0], r[1]) for r in records.select("cluster", "group_id").distinct().collect()]
-    clusters = sorted({c for c, _ in pairs})
-    known = [c for c in clusters if partitions.get(c)]
-    unknown = [c for c in clusters if not partitions.get(c)]
     expected = group_partitions(records.sparkSession, pairs, partitions)
     df = records.join(expected, ["cluster", "group_id"], "left").select(
         *records.columns,
@@ -85,15 +88,24 @@ def with_partition_rule(records: DataFrame, partitions: dict[str, int | None]) -
         ).alias("offsets_partition_matches_group"),
     )
     frame = Frame(df)
+    partition_rule_notes(frame, {c for c, _ in pairs}, partitions)
+    return frame
+
+
+def partition_rule_notes(frame: Frame, clusters: set[str], partitions: dict[str, int | None]) -> None:
+    """``offsets_partition_matches_group`` is not evaluated when no cluster of the frame has a known
+    partition count, and notes the clusters it judged when only some have."""
+    ordered = sorted(clusters)
+    known = [c for c in ordered if partitions.get(c)]
+    unknown = [c for c in ordered if not partitions.get(c)]
     rule = "offsets_partition_matches_group"
     if not known:
         frame.skipped[rule] = (
-            f"offsets_partitions unknown for cluster(s) {', '.join(clusters) or '(none)'}: "
+            f"offsets_partitions unknown for cluster(s) {', '.join(ordered) or '(none)'}: "
             "set sources.<name>.offsets_partitions in jobs.yaml"
         )
     elif unknown:
         frame.notes[rule] = {"evaluated_clusters": known, "not_evaluated_clusters": unknown}
-    return frame
 
 
 def silver_offset_commits(commits: DataFrame, partitions: dict[str, int | None], now_ms: int) -> Frame:
@@ -534,7 +546,10 @@ def gold_truth_snapshot(live: DataFrame, progress: DataFrame | None, truth: Trut
 
 
 # -- reading the lakehouse -------------------------------------------------------------------------
-Reader = Callable[[str, str], "DataFrame | None"]  # (layer, table) -> the table, None when there is none
+# (layer, table, columns) -> the table (a Spark DataFrame, or Arrow on the driver), None when there
+# is none. ``columns``: the columns the frame needs of it, a hint that the driver's reads follow
+# (Spark prunes columns itself).
+Reader = Callable[..., Any]
 
 # The tables each suite's frame reads (load_frame): a suite none of whose tables changed since a
 # validation has that validation's outcomes (quality/incremental.py). tests/spark/test_quality_incremental.py
@@ -562,11 +577,29 @@ def sources(name: str) -> tuple[str, ...]:
 # through the driver than Spark's own read (178k rows: 1.2 s against 0.6 s).
 SMALL_TABLE_ROWS = 50_000
 
+# The columns a frame needs of the tables whose builders keep only some (the driver reads no
+# more): bronze's raw bytes are read only where a frame compares them.
+BRONZE_COLUMNS = {
+    "bronze.offsets_records": ("cluster", "partition", "offset", "source_uri", "batch_position", "control", "key"),
+    "silver.quarantine": ("cluster", "partition", "offset", "key", "value"),
+    "gold.pending_transactions": ("cluster", "partition", "timestamp"),
+}
+MEMBER_COLUMNS = (*KEY, "member_index", "group_id", "member_id", "protocol_type", "protocol_error")
+GROUP_RECORD_COLUMNS = (*KEY, "group_id", "member_count")
+LIVE_GROUP_COLUMNS = ("cluster", "group_id", "generation", "deleted", "protocol")
+QUARANTINE_COLUMNS = (*KEY, "reason", "raw_key", "raw_value")
+INVENTORY_COLUMNS = ("cluster", "offsets_partition", "last_offset")
+TRUTH_COLUMNS = ("cluster", "offsets_partition", "group_id", "topic", "partition", "committed_offset", "deleted")
+EMPTY_GROUP_RECORDS = pa.schema(
+    [("cluster", pa.string()), ("offsets_partition", pa.int32()), ("record_offset", pa.int64()),
+     ("group_id", pa.string()), ("member_count", pa.int32())]
+)  # fmt: skip
+
 
 def lakehouse_reader(spark: SparkSession, tables: Tables) -> Reader:
-    """The tables as they are now."""
+    """The tables as they are now, as Spark DataFrames."""
 
-    def read(layer: str, table: str) -> DataFrame | None:
+    def read(layer: str, table: str, columns: Sequence[str] | None = None) -> DataFrame | None:
         path = tables.path(layer, table)
         rows = None if lake.remote(spark) else lake.row_count(path)
         if rows is not None and 0 < rows <= SMALL_TABLE_ROWS:
@@ -578,18 +611,68 @@ def lakehouse_reader(spark: SparkSession, tables: Tables) -> Reader:
     return read
 
 
-def load_frame(name: str, spark: SparkSession, tables: Tables, inputs: Inputs, read: Reader | None = None) -> Frame:
+def driver_reader(spark: SparkSession, tables: Tables) -> Reader:
+    """The tables as they are now, as Arrow read by delta-rs on the driver (:func:`fits_driver`
+    says when they can be)."""
+
+    def read(layer: str, table: str, columns: Sequence[str] | None = None) -> pa.Table | None:
+        return lake.read_arrow(spark, tables.path(layer, table), columns)
+
+    return read
+
+
+def fits_driver(spark: SparkSession, tables: Tables, name: str, max_rows: int) -> bool:
+    """Whether the frame of suite ``name`` is built on the driver (local_frames.py): the session
+    has a JVM beside it (a Spark Connect client reads through Spark), and delta-rs can read every
+    table the frame reads, whose rows (from their Delta logs) add up to at most ``max_rows``
+    (jobs.yaml ``quality.local_max_rows``: the frame is then validated by GX's pandas engine
+    too)."""
+    if max_rows <= 0 or lake.remote(spark):
+        return False
+    total = 0
+    for source in sources(name):
+        path = tables.path(*source.split(".", 1))
+        if not lake.readable_by_driver(path):
+            if lake.exists(spark, path):
+                return False
+            continue  # no table: the frame says what is missing
+        rows = lake.row_count(path)
+        if rows is None:
+            return False
+        total += rows
+    return total <= max_rows
+
+
+def _builders(local: bool) -> Any:
+    """The frame builders: this module's, on Spark, or local_frames' twins on the driver."""
+    if local:
+        from pipelines.quality import local_frames  # it builds on this module's Frame
+
+        return local_frames
+    return sys.modules[__name__]
+
+
+def load_frame(
+    name: str,
+    spark: SparkSession,
+    tables: Tables,
+    inputs: Inputs,
+    read: Reader | None = None,
+    local: bool = False,
+) -> Frame:
     """The frame of the suite ``name`` from the lakehouse's tables (or from what ``read`` returns
-    for them: the rows an increment changed, quality/incremental.py)."""
+    for them: the rows an increment changed, quality/incremental.py); ``local``: built on the
+    driver from Arrow tables (:func:`fits_driver`), else a Spark DataFrame."""
     if not lake.exists(spark, tables.path("bronze", "offsets_records")):
         return Frame(None, missing="no bronze.offsets_records table yet")
     # the counts of whole tables come from their Delta logs' statistics when the tables are read
     # as they are (not the rows of an increment)
     whole = read is None and not lake.remote(spark)
-    read = read or lakehouse_reader(spark, tables)
+    build = _builders(local)
+    read = read or (driver_reader(spark, tables) if local else lakehouse_reader(spark, tables))
 
-    def bronze() -> DataFrame:  # read by the frames that use it only (a snapshot read per suite adds up)
-        return read("bronze", "offsets_records")  # type: ignore[return-value]
+    def bronze(columns: Sequence[str] | None = None) -> Any:  # read by the frames that use it only
+        return read("bronze", "offsets_records", columns)
 
     def decoded_version() -> int | None:
         """bronze's version silver last decoded (its watermark), for the rules that hold silver to
@@ -598,21 +681,25 @@ def load_frame(name: str, spark: SparkSession, tables: Tables, inputs: Inputs, r
         done = last_progress(spark, tables)
         return done.get("bronze_version") if done else None
 
-    def decoded_bronze() -> DataFrame:
+    def decoded_bronze(columns: Sequence[str]) -> Any:
         version = decoded_version()
         if version is None:
-            return bronze()
-        return spark.read.format("delta").option("versionAsOf", version).load(tables.path("bronze", "offsets_records"))
+            return bronze(columns)
+        path = tables.path("bronze", "offsets_records")
+        if local:
+            return lake.read_arrow(spark, path, columns, at=version)
+        return spark.read.format("delta").option("versionAsOf", version).load(path)
 
-    def counted(layer: str, table: str, version: int | None = None) -> DataFrame | None:
+    def arrow_frame(rows: pa.Table) -> Any:
+        return rows if local else lake.spark_frame(spark, rows)
+
+    def counted(layer: str, table: str, version: int | None = None) -> Any:
         """:func:`records_per_partition` of a table (at ``version``): summed from its Delta log's
         file statistics where they are exact (no data file read: the large silver tables and
-        bronze are partitioned by offsets partition), else counted by Spark."""
+        bronze are partitioned by offsets partition), else counted from its rows."""
         partition = "partition" if layer == "bronze" else "offsets_partition"
         stats = lake.rows_per_partition(tables.path(layer, table), ["cluster", partition], version) if whole else None
         if stats is not None:
-            if stats.num_rows == 0:
-                return spark.createDataFrame([], "cluster string, offsets_partition int, records bigint")
             typed = pa.table(
                 {
                     "cluster": stats["cluster"].cast(pa.string()),
@@ -620,68 +707,69 @@ def load_frame(name: str, spark: SparkSession, tables: Tables, inputs: Inputs, r
                     "records": stats["records"].cast(pa.int64()),
                 }
             )
-            return spark.createDataFrame(typed)
+            return arrow_frame(typed)
         if layer == "bronze":
-            return records_per_partition(decoded_bronze() if version is not None else bronze(), partition)
-        df = read(layer, table)
-        return None if df is None else records_per_partition(df, partition)
+            columns = ("cluster", partition)
+            rows = decoded_bronze(columns) if version is not None else bronze(columns)
+            return build.records_per_partition(rows, partition)
+        df = read(layer, table, ("cluster", partition))
+        return None if df is None else build.records_per_partition(df, partition)
 
     if name == "bronze.offsets_records":
-        return Frame(bronze_offsets_records(bronze()))
+        return Frame(build.bronze_offsets_records(bronze(BRONZE_COLUMNS[name])))
     if name == "silver.quarantine":
         if read("silver", "progress") is None:
             return Frame(None, missing="silver has not run yet")
-        return Frame(silver_quarantine(bronze(), read("silver", "quarantine")))
+        quarantine = read("silver", "quarantine", QUARANTINE_COLUMNS)
+        return Frame(build.silver_quarantine(bronze(BRONZE_COLUMNS[name]), quarantine))
     if name == "gold.reconciliation":
         if read("silver", "progress") is None:
             return Frame(None, missing="silver has not run yet")
         silver = [df for t in RECORD_TABLES if (df := counted("silver", t)) is not None]
-        return Frame(gold_reconciliation(counted("bronze", "offsets_records", decoded_version()), silver))
+        return Frame(build.gold_reconciliation(counted("bronze", "offsets_records", decoded_version()), silver))
     if name == "gold.truth_snapshot":
         if inputs.truth is None:
             return Frame(None, missing="no truth snapshot (quality.truth_snapshot in jobs.yaml)")
-        offsets = read("gold", "current_offsets")
+        offsets = read("gold", "current_offsets", TRUTH_COLUMNS)
         if offsets is None:
             return Frame(None, missing="no gold.current_offsets table yet")
-        return gold_truth_snapshot(offsets, read("gold", "partition_progress"), inputs.truth)
+        return build.gold_truth_snapshot(offsets, read("gold", "partition_progress"), inputs.truth)
     layer, _, table = name.partition(".")
-    df = read(layer, table)
+    df = read(layer, table, MEMBER_COLUMNS if name == "silver.group_members" else None)
     if df is None:
         return Frame(None, missing=f"no {name} table (nothing of that kind ingested yet)")
     if name == "silver.offset_commits":
-        return silver_offset_commits(df, inputs.partitions, inputs.now_ms)
+        return build.silver_offset_commits(df, inputs.partitions, inputs.now_ms)
     if name == "silver.group_metadata":
-        return with_partition_rule(df, inputs.partitions)
+        return build.with_partition_rule(df, inputs.partitions)
     if name == "silver.group_members":
-        groups = read("silver", "group_metadata")
+        groups = read("silver", "group_metadata", GROUP_RECORD_COLUMNS)
         if groups is None:  # members without any group record: every one of them is an orphan
-            groups = spark.createDataFrame(
-                [], "cluster string, offsets_partition int, record_offset bigint, group_id string, member_count int"
-            )
-        return Frame(silver_group_members(df, groups))
+            groups = arrow_frame(EMPTY_GROUP_RECORDS.empty_table())
+        return Frame(build.silver_group_members(df, groups))
     if name == "silver.tombstones":
-        return silver_tombstones(df, inputs.partitions)
+        return build.silver_tombstones(df, inputs.partitions)
     if name == "silver.version_inventory":
-        return Frame(silver_version_inventory(df, counted("bronze", "offsets_records", decoded_version())))
+        return Frame(build.silver_version_inventory(df, counted("bronze", "offsets_records", decoded_version())))
     if name == "silver.topic_ids":
-        return Frame(silver_topic_ids(df))
+        return Frame(build.silver_topic_ids(df))
     if name == "gold.current_groups":
-        return Frame(gold_current_groups(df))
+        return Frame(build.gold_current_groups(df))
     if name == "gold.offset_history":
-        return Frame(gold_offset_history(df))
+        return Frame(build.gold_offset_history(df))
     if name == "gold.group_generations":
-        return Frame(gold_group_generations(df))
+        return Frame(build.gold_group_generations(df))
     if name == "gold.consumer_group_members":
-        groups = read("gold", "current_groups")
+        groups = read("gold", "current_groups", LIVE_GROUP_COLUMNS)
         if groups is None:
             return Frame(None, missing="no gold.current_groups table yet")
-        return Frame(gold_consumer_group_members(df, groups))
+        return Frame(build.gold_consumer_group_members(df, groups))
     if name == "gold.partition_progress":
-        return Frame(gold_partition_progress(df, read("silver", "version_inventory")))
+        return Frame(build.gold_partition_progress(df, read("silver", "version_inventory", INVENTORY_COLUMNS)))
     if name == "gold.current_offsets":
-        return Frame(gold_current_offsets(df))
+        return Frame(build.gold_current_offsets(df))
     if name == "gold.pending_transactions":
-        return Frame(gold_pending_transactions(df, decoded_bronze()))
+        return Frame(build.gold_pending_transactions(df, decoded_bronze(BRONZE_COLUMNS[name])))
     if name in ("gold.current_lag", "gold.lag_history"):
-        return Frame(gold_lag(df))
+        return Frame(build.gold_lag(df))
     return Frame(df)

@@ -36,6 +36,7 @@ compares every rule of an incremental run with a full validation of the same tab
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -49,7 +50,7 @@ from pipelines.runtime import lake
 from pipelines.silver import KEY
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
     from pipelines.quality.suites import Suite
     from pipelines.runtime.tables import Tables
@@ -201,25 +202,29 @@ def _groups_in(tables: Tables, name: str, scope: Scope) -> int | None:
 
 
 # -- the frames of an increment ----------------------------------------------------------------------
-def inserted_reader(spark: SparkSession, tables: Tables, changes: Changes) -> Reader:
-    """The rows the changes inserted, as the tables' rows (per-row scopes, inserts only). A few
-    are read by delta-rs and handed to Spark as a local relation: Spark's own read of the change
-    data feed, then the frame's jobs over it, took 7.2-8.0 s for 1,372 rows of silver.offset_commits
-    (the 200k benchmark's increment), longer than its full validation."""
+def inserted_reader(spark: SparkSession, tables: Tables, changes: Changes, local: bool = False) -> Reader:
+    """The rows the changes inserted, as the tables' rows (per-row scopes, inserts only); ``local``:
+    as Arrow for frames built on the driver. Otherwise a few are still read by delta-rs and
+    handed to Spark as a local relation: Spark's own read of the change data feed, then the
+    frame's jobs over it, took 7.2-8.0 s for 1,372 rows of silver.offset_commits (the 200k
+    benchmark's increment), longer than its full validation."""
 
-    def read(layer: str, table: str) -> DataFrame | None:
+    def read(layer: str, table: str, columns: Sequence[str] | None = None) -> Any:
         path = tables.path(layer, table)
         name = f"{layer}.{table}"
         if name not in changes.ranges:
+            if local:
+                schema = lake.arrow_schema(path)
+                return None if schema is None else schema.empty_table()
             df = lake.read(spark, path)
             return None if df is None else df.limit(0)
         start, end = changes.ranges[name]
-        if changes.rows <= SMALL_TABLE_ROWS and not lake.remote(spark):
+        if local or (changes.rows <= SMALL_TABLE_ROWS and not lake.remote(spark)):
             schema = lake.arrow_schema(path, end)
             if schema is not None:
                 feed = lake.changes_arrow(spark, path, start, end, schema.names)
                 inserted = feed.filter(pc.equal(feed["_change_type"], "insert")).drop_columns(["_change_type"])
-                return lake.spark_frame(spark, inserted)
+                return inserted if local else lake.spark_frame(spark, inserted)
         feed = lake.changes(spark, path, start, end)
         return feed.where(F.col("_change_type") == "insert").drop(*_CDF_COLUMNS)
 
@@ -227,26 +232,47 @@ def inserted_reader(spark: SparkSession, tables: Tables, changes: Changes) -> Re
 
 
 def group_reader(
-    spark: SparkSession, tables: Tables, plan: Plan, names: tuple[str, ...], at: dict[str, int | None] | None
+    spark: SparkSession,
+    tables: Tables,
+    plan: Plan,
+    names: tuple[str, ...],
+    at: dict[str, int | None] | None,
+    local: bool = False,
 ) -> Reader:
-    """The tables' rows in the changed groups, now (``at`` None) or at the versions ``at``."""
+    """The tables' rows in the changed groups, now (``at`` None) or at the versions ``at``;
+    ``local``: as Arrow for frames built on the driver."""
     assert plan.changes is not None and plan.scope is not None
     columns = list(plan.scope.columns)
-    groups = spark.createDataFrame(plan.changes.groups.to_pandas()).select(*columns)
+    groups = plan.changes.groups if local else spark.createDataFrame(plan.changes.groups.to_pandas()).select(*columns)
 
-    def read(layer: str, table: str) -> DataFrame | None:
+    def read(layer: str, table: str, wanted: Sequence[str] | None = None) -> Any:
         name = f"{layer}.{table}"
         path = tables.path(layer, table)
-        if at is None:
-            df = lake.read(spark, path)
-        else:
-            version = at.get(name)
-            df = lake.read_at(spark, path, version) if version is not None else None
+        version = None if at is None else at.get(name)
+        if at is not None and version is None:
+            return None
+        if local:
+            scoped = name in names
+            read_columns = None if wanted is None else [*wanted, *(c for c in columns if scoped and c not in wanted)]
+            rows = lake.read_arrow(spark, path, read_columns, at=version)
+            if rows is None or not scoped:
+                return rows
+            return _in_groups(rows, groups, columns).select(list(wanted or rows.column_names))
+        df = lake.read(spark, path) if version is None else lake.read_at(spark, path, version)
         if df is None or name not in names:
             return df
         return df.join(F.broadcast(groups), columns, "left_semi")
 
     return read
+
+
+def _in_groups(rows: pa.Table, groups: pa.Table, columns: list[str]) -> pa.Table:
+    """The rows of ``rows`` whose ``columns`` are a row of ``groups`` (a null matches nothing), in
+    their order. The semi join runs on the key columns alone: Arrow's joins refuse some types of
+    the columns they carry (lists of structs)."""
+    keys = rows.select(columns).append_column("_row", pa.array(range(rows.num_rows), pa.int64()))
+    hit = keys.join(groups.select(columns), columns, join_type="left semi")["_row"]
+    return rows.take(pc.take(hit, pc.sort_indices(hit)))
 
 
 # -- outcomes --------------------------------------------------------------------------------------

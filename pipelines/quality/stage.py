@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from pipelines.quality import incremental
 from pipelines.quality.docs import add_summary, docs_root, docs_uri, point_latest
 from pipelines.quality.engine import collect_local, engine, start_engine
-from pipelines.quality.frames import Frame, Inputs, load_frame, sources
+from pipelines.quality.frames import Frame, Inputs, fits_driver, load_frame, local_rows, sources
 from pipelines.quality.quarantine import offender_keys, offenders
 from pipelines.quality.results import (
     FAILED,
@@ -250,7 +250,8 @@ def run_quality(
         report.validated[kind] = report.validated.get(kind, 0) + 1
         report.outcomes += outcomes
         for o, predicate in to_q:
-            keys = offender_keys(frame.df, suite.key, predicate)
+            rows = lake.spark_frame(spark, frame.df) if local_rows(frame) else frame.df
+            keys = offender_keys(rows, suite.key, predicate)
             detail = f"{o.suite}.{o.expectation} ({o.expectation_type} {o.details.get('kwargs')})"
             found.append(offenders(o.suite, o.expectation, detail, suite.version, keys))
             counted.append((o, keys))
@@ -340,7 +341,8 @@ def _validate_suite(
         if done is not None:
             return how.kind, done
         log.debug("quality: %s: the parts of the increment do not combine: validated in full", suite.name)
-    frame = load_frame(suite.frame, spark, tables, inputs)
+    local = fits_driver(spark, tables, suite.frame, settings.local_max_rows)
+    frame = load_frame(suite.frame, spark, tables, inputs, local=local)
     common = (params, run_id, settings.policy, dict(settings.overrides), requirements, settings.local_max_rows)
     outcomes, to_q = evaluate_suite(suite, frame, *common)
     return incremental.FULL, (outcomes, to_q, frame)
@@ -363,12 +365,15 @@ def _validate_changes(
     assert how.changes is not None and how.scope is not None
     names = sources(suite.frame)
     then: Frame | None = None
+    local = fits_driver(spark, tables, suite.frame, settings.local_max_rows)
     if how.scope.per_row and how.changes.inserts_only:
-        now = load_frame(suite.frame, spark, tables, inputs, incremental.inserted_reader(spark, tables, how.changes))
+        inserted = incremental.inserted_reader(spark, tables, how.changes, local)
+        now = load_frame(suite.frame, spark, tables, inputs, inserted, local)
     else:
         reader = incremental.group_reader
-        now = load_frame(suite.frame, spark, tables, inputs, reader(spark, tables, how, names, None))
-        then = load_frame(suite.frame, spark, tables, inputs, reader(spark, tables, how, names, earlier.versions))
+        now = load_frame(suite.frame, spark, tables, inputs, reader(spark, tables, how, names, None, local), local)
+        earlier_groups = reader(spark, tables, how, names, earlier.versions, local)
+        then = load_frame(suite.frame, spark, tables, inputs, earlier_groups, local)
     common = (params, run_id, settings.policy, dict(settings.overrides), requirements, settings.local_max_rows)
     now_outcomes, to_q = evaluate_suite(suite, now, *common)
     then_outcomes = {o.expectation: o for o in evaluate_suite(suite, then, *common, docs=False)[0]} if then else {}

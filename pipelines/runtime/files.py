@@ -99,7 +99,7 @@ def plain_types(schema: pa.Schema) -> pa.Schema:
     return pa.schema([pa.field(f.name, plain.get(f.type, f.type), f.nullable, f.metadata) for f in schema])
 
 
-def _floor_ms(column: pa.ChunkedArray | pa.Array) -> pa.Array:
+def floor_ms(column: pa.ChunkedArray | pa.Array) -> pa.Array:
     """A timestamp column as epoch milliseconds, rounded down like Spark's ``unix_millis``."""
     unit = column.type.unit
     raw = pc.cast(column, pa.int64())
@@ -149,7 +149,7 @@ def read_parquet(
                 continue
             col = table.column(field.name)
             if field.name in timestamps_as_ms and pa.types.is_timestamp(col.type):
-                col = _floor_ms(col)
+                col = floor_ms(col)
             cols.append(col if col.type == field.type else col.cast(field.type))
         parts.append(pa.Table.from_arrays(cols, schema=schema))
     if not parts:

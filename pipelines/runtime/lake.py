@@ -396,6 +396,18 @@ def read_arrow(
     return df.select(*columns).toArrow() if columns is not None else df.toArrow()
 
 
+def readable_by_driver(path: str) -> bool:
+    """Whether delta-rs reads the table at ``path`` on the driver: it opens its log, and the table
+    needs no reader feature it may not honour (deletion vectors, column mapping). False when
+    there is no table."""
+    try:
+        table = _rs_table_or_none(path)
+    except Exception as exc:
+        log.debug("delta-rs cannot open %s (%s)", path, exc)
+        return False
+    return table is not None and not table.protocol().reader_features
+
+
 def spark_frame(spark: SparkSession, rows: pa.Table) -> DataFrame:
     """``rows`` (read on the driver) as a Spark DataFrame, a local relation. An empty table keeps
     its schema: pyspark cannot build a frame from columns without chunks, as delta-rs returns an

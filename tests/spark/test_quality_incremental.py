@@ -20,6 +20,7 @@ from pipelines.quality import incremental, results
 from pipelines.quality.frames import Inputs, load_frame, sources
 from pipelines.quality.suites import load_suites
 from pipelines.runner import Context, quality_job, run_job
+from pipelines.runtime import lake
 
 JOB = "inc"
 
@@ -103,10 +104,35 @@ def test_inserted_rows_read_on_the_driver_equal_spark_s_read(increment, spark, m
         return sorted(df.dtypes), sorted(df.select(*sorted(df.columns)).collect())
 
     local = rows(incremental.inserted_reader(spark, ctx.tables, changes)("silver", "offset_commits"))
+    arrow = incremental.inserted_reader(spark, ctx.tables, changes, local=True)("silver", "offset_commits")
+    assert isinstance(arrow, pa.Table)  # for a frame built on the driver
     monkeypatch.setattr(incremental, "SMALL_TABLE_ROWS", 0)
     by_spark = rows(incremental.inserted_reader(spark, ctx.tables, changes)("silver", "offset_commits"))
     assert local[1], "no inserted rows to compare"
-    assert local == by_spark
+    assert local == by_spark == rows(lake.spark_frame(spark, arrow))
+
+
+def test_group_reads_on_the_driver_equal_spark_s(increment, spark) -> None:
+    """The rows of the changed groups, now and at the earlier versions, read for a frame built on
+    the driver equal Spark's read of them."""
+    ctx, _ = increment
+    path = ctx.tables.path("bronze", "offsets_records")
+    end = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").agg(F.max("version")).first()[0]
+    scope = incremental.SCOPES["bronze.offsets_records"]
+    groups = pa.table({"cluster": ["gen", "gen"], "partition": pa.array([1, 3], pa.int32())})
+    changes = incremental.Changes(groups, 2, False, {"bronze.offsets_records": (1, end)})
+    plan = incremental.Plan(incremental.INCREMENTAL, "the test", changes, scope)
+    names = ("bronze.offsets_records",)
+    columns = ("cluster", "partition", "offset", "source_uri", "key")
+    for at in (None, {"bronze.offsets_records": 1}):
+        by_spark = incremental.group_reader(spark, ctx.tables, plan, names, at)("bronze", "offsets_records")
+        arrow = incremental.group_reader(spark, ctx.tables, plan, names, at, local=True)(
+            "bronze", "offsets_records", columns
+        )
+        assert arrow.column_names == list(columns)
+        expected = sorted(by_spark.select(*columns).collect())
+        assert expected and {r["partition"] for r in expected} == {1, 3}
+        assert sorted(lake.spark_frame(spark, arrow).collect()) == expected
 
 
 def test_results_read_on_the_driver_equal_spark_s_read(increment, spark, monkeypatch) -> None:
@@ -171,18 +197,21 @@ def test_a_uniqueness_violation_of_old_and_new_rows_is_caught(increment, spark) 
 
 def test_sources_name_every_table_a_frame_reads(increment, spark) -> None:
     """A suite whose tables did not change keeps its outcomes: frames.SOURCES must name every
-    table its frame reads (here: every read the frame makes through its reader)."""
+    table its frame reads (here: every read the frame makes through its reader, on Spark and on
+    the driver)."""
     ctx, _ = increment
-    for suite in load_suites():
+    for suite, local in ((s, local) for s in load_suites() for local in (False, True)):
         read: list[str] = []
 
-        def reader(layer: str, table: str, read=read):
+        def reader(layer: str, table: str, columns=None, read=read, local=local):
             read.append(f"{layer}.{table}")
             path = ctx.tables.path(layer, table)
-            return spark.read.format("delta").load(path) if _exists(ctx, layer, table) else None
+            if not _exists(ctx, layer, table):
+                return None
+            return lake.read_arrow(spark, path, columns) if local else spark.read.format("delta").load(path)
 
-        load_frame(suite.frame, spark, ctx.tables, Inputs(0, {"gen": 4}), reader)
-        assert set(read) <= set(sources(suite.frame)), (suite.name, read)
+        load_frame(suite.frame, spark, ctx.tables, Inputs(0, {"gen": 4}), reader, local)
+        assert set(read) <= set(sources(suite.frame)), (suite.name, local, read)
 
 
 def _exists(ctx: Context, layer: str, table: str) -> bool:

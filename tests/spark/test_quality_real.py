@@ -2,7 +2,8 @@
 
 The tier's shared lakehouse of the files (tests/spark/real_lakehouse.py: bronze, silver and gold
 as 69 clusters, one per source directory, built once per run), then every suite on the tables the
-way the quality stage reads them (its frames, its GX engine; without writing quality.results or
+way the quality stage reads them (its frames, built on the driver as the stage builds them for
+tables this size, its GX engine; without writing quality.results or
 Data Docs). What each suite judged is counted from the files with ``inspect``, not from the
 lakehouse. The files' partition counts are unknown (no offsets_partitions), so the partition
 rules are not evaluated; there is no truth snapshot; and the files hold no transactions, no
@@ -15,7 +16,7 @@ from __future__ import annotations
 import pytest
 
 from pipelines.codec.primitives import ZERO_UUID
-from pipelines.quality.frames import Inputs, load_frame
+from pipelines.quality.frames import Inputs, fits_driver, load_frame
 from pipelines.quality.results import Outcome
 from pipelines.quality.stage import SUITES_AT_ONCE, evaluate_suite, params_of
 from pipelines.quality.suites import load_suites
@@ -57,7 +58,8 @@ def validate(spark, tables: Tables, layers: tuple[str, ...]) -> dict[tuple[str, 
     suites = [suite for layer in layers for suite in load_suites().layer(layer)]
 
     def one(suite) -> list[Outcome]:
-        frame = load_frame(suite.frame, spark, tables, inputs)
+        local = fits_driver(spark, tables, suite.frame, settings.local_max_rows)  # the stage's choice
+        frame = load_frame(suite.frame, spark, tables, inputs, local=local)
         return evaluate_suite(suite, frame, params, "real-files", local_max_rows=settings.local_max_rows)[0]
 
     # a few suites at once, as the quality stage runs them (their Spark jobs are small and wait)

@@ -4,17 +4,20 @@ Tiny DataFrames built by hand go through the suites' frame builders and Great Ex
 (one GX validation per suite, several violations each). Expected counts are worked out from the
 rows below, not taken from a run; group placements are Java's String.hashCode by hand
 ("g" = 103, "a" = 97, "b" = 98, ...). Every test runs on both of GX's engines the stage uses
-(pipelines/quality/engine.py): Spark, and pandas for frames collected to the driver.
+(pipelines/quality/engine.py) — Spark, and pandas for frames collected to the driver — and on the
+frames local_frames.py builds on the driver from the same rows.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from datetime import datetime, timezone
+from typing import Any
 
 import pytest
+from pyspark.sql import DataFrame
 
-from pipelines.quality import frames
+from pipelines.quality import frames, local_frames
 from pipelines.quality.engine import engine
 from pipelines.quality.stage import evaluate_suite, params_of
 from pipelines.quality.suites import load_suites
@@ -26,15 +29,44 @@ MIN = 60_000
 PARAMS = params_of(QualitySettings())  # skew 10 min, pending 15 min
 
 
-# quality.local_max_rows: 0 validates on Spark; the default collects these tiny frames to pandas
-ENGINES = {"spark": 0, "pandas": QualitySettings().local_max_rows}
-_engine = {"local_max_rows": 0}
+# (frame builders, quality.local_max_rows): Spark's frames validated on Spark (0) or collected to
+# pandas (the default bound), and local_frames' twins built on the driver from the same rows
+ENGINES = {
+    "spark": ("spark", 0),
+    "pandas": ("spark", QualitySettings().local_max_rows),
+    "local": ("local", QualitySettings().local_max_rows),
+}
+_engine: dict[str, Any] = {"builders": "spark", "local_max_rows": 0}
 
 
 @pytest.fixture(scope="module", params=sorted(ENGINES), autouse=True)
 def gx_engine(request) -> str:
-    _engine["local_max_rows"] = ENGINES[request.param]
+    _engine["builders"], _engine["local_max_rows"] = ENGINES[request.param]
     return request.param
+
+
+class _Builders:
+    """frames' builders on Spark DataFrames, or (the "local" engine) local_frames' twins of the same
+    name on the same rows as Arrow tables."""
+
+    def __getattr__(self, name: str):
+        def call(*args, **kw):
+            if _engine["builders"] == "spark":
+                return getattr(frames, name)(*args, **kw)
+            return getattr(local_frames, name)(*(self.rows(a) for a in args), **kw)
+
+        return call
+
+    def rows(self, value):
+        """A DataFrame (or a list of them) as the engine's builders take it."""
+        if _engine["builders"] == "spark":
+            return value
+        if isinstance(value, list):
+            return [self.rows(v) for v in value]
+        return value.toArrow() if isinstance(value, DataFrame) else value
+
+
+build = _Builders()
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +109,7 @@ def test_bronze_rules(spark, suites) -> None:
         (None, 1, 11, "f2", 20, False, k),  # no cluster
         ("c1", None, 12, "f3", 0, False, k),  # no partition
     ]
-    frame = frames.Frame(frames.bronze_offsets_records(spark.createDataFrame(rows, schema)))
+    frame = frames.Frame(build.bronze_offsets_records(spark.createDataFrame(rows, schema)))
     out, _ = run(suites, "bronze.offsets_records", frame)
     assert counts(out) == {
         "cluster_not_null": (False, 1),
@@ -113,7 +145,7 @@ def test_silver_offset_commits_rules(spark, suites) -> None:
         ("c1", 3, 8, None, 1, ok),  # no group id
     ]
     commits = spark.createDataFrame(rows, schema)
-    frame = frames.silver_offset_commits(commits, {"c1": 50, "c2": None}, NOW)
+    frame = build.silver_offset_commits(commits, {"c1": 50, "c2": None}, NOW)
     out, _ = run(suites, "silver.offset_commits", frame)
     assert counts(out) == {
         "committed_offset_at_least_minus_one": (False, 1),
@@ -134,7 +166,7 @@ def test_silver_offset_commits_rules(spark, suites) -> None:
         ],
         "cluster string, offsets_partition int, record_offset bigint, group_id string, generation int",
     )
-    out, _ = run(suites, "silver.group_metadata", frames.with_partition_rule(groups, {"c1": 50}))
+    out, _ = run(suites, "silver.group_metadata", build.with_partition_rule(groups, {"c1": 50}))
     assert counts(out) == {
         "group_id_not_empty": (False, 1),
         "generation_not_negative": (False, 1),
@@ -142,7 +174,7 @@ def test_silver_offset_commits_rules(spark, suites) -> None:
     }
 
     # no count known at all: reported as not evaluated, never as passed (GX is not even asked)
-    frame = frames.silver_offset_commits(commits, {}, NOW)
+    frame = build.silver_offset_commits(commits, {}, NOW)
     suite = suites["silver.offset_commits"]
     only = dataclasses.replace(suite, expectations=(suite.expectation("offsets_partition_matches_group"),))
     outcomes, _ = evaluate(only, frame)
@@ -162,7 +194,7 @@ def test_silver_markers_and_quarantine_rules(spark, suites) -> None:
         "cluster string, offsets_partition int, record_offset bigint, control_type string, producer_id bigint, "
         "coordinator_epoch int",
     )
-    out, _ = run(suites, "silver.transaction_markers", frames.Frame(markers))
+    out, _ = run(suites, "silver.transaction_markers", frames.Frame(build.rows(markers)))
     assert counts(out) == {
         "control_type_commit_or_abort": (False, 1),
         "marker_has_producer": (False, 1),
@@ -180,7 +212,7 @@ def test_silver_markers_and_quarantine_rules(spark, suites) -> None:
         ],
         "cluster string, offsets_partition int, record_offset bigint, reason string, raw_key binary, raw_value binary",
     )
-    out, _ = run(suites, "silver.quarantine", frames.Frame(frames.silver_quarantine(bronze, quarantine)))
+    out, _ = run(suites, "silver.quarantine", frames.Frame(build.silver_quarantine(bronze, quarantine)))
     assert counts(out) == {"undecodable_rate_zero": (False, 1), "quarantine_keeps_raw_bytes": (False, 1)}
     assert out["undecodable_rate_zero"].unexpected_percent == 25.0  # 1 of 4 records
     assert out["undecodable_rate_zero"].action == "warned"  # the suite's default for this rule
@@ -197,7 +229,7 @@ def test_gold_rules(spark, suites) -> None:
         "cluster string, offsets_partition int, group_id string, topic string, partition int, "
         "committed_offset bigint, record_offset bigint, deleted boolean",
     )
-    out, _ = run(suites, "gold.current_offsets", frames.Frame(frames.gold_current_offsets(offsets)))
+    out, _ = run(suites, "gold.current_offsets", frames.Frame(build.gold_current_offsets(offsets)))
     assert counts(out) == {"key_unique": (False, 2), "live_row_has_source_position": (False, 1)}
     assert all(o.action == "failed" for o in out.values())
 
@@ -214,7 +246,7 @@ def test_gold_rules(spark, suites) -> None:
         "cluster string, offsets_partition int, producer_id bigint, group_id string, topic string, partition int, "
         "record_offset bigint, record_timestamp bigint",
     )
-    out, _ = run(suites, "gold.pending_transactions", frames.Frame(frames.gold_pending_transactions(pending, bronze)))
+    out, _ = run(suites, "gold.pending_transactions", frames.Frame(build.gold_pending_transactions(pending, bronze)))
     assert counts(out) == {
         "key_unique": (False, 2),
         "pending_has_source_position": (False, 1),
@@ -237,7 +269,7 @@ def test_lag_rules(spark, suites) -> None:
         "cluster string, group_id string, topic string, partition int, committed_offset bigint, "
         "end_offset bigint, lag bigint",
     )
-    out, _ = run(suites, "gold.current_lag", frames.Frame(frames.gold_lag(current)))
+    out, _ = run(suites, "gold.current_lag", frames.Frame(build.gold_lag(current)))
     assert counts(out) == {
         "key_unique": (False, 2),
         "lag_is_end_minus_committed": (False, 3),
@@ -257,7 +289,7 @@ def test_lag_rules(spark, suites) -> None:
         "cluster string, group_id string, topic string, partition int, observed_at timestamp, "
         "end_offset bigint, committed_offset bigint, lag bigint",
     )
-    out, _ = run(suites, "gold.lag_history", frames.Frame(frames.gold_lag(history)))
+    out, _ = run(suites, "gold.lag_history", frames.Frame(build.gold_lag(history)))
     assert counts(out) == {
         "key_unique": (False, 2),
         "end_offset_known": (False, 1),
@@ -276,8 +308,8 @@ def test_reconciliation_and_truth_rules(spark, suites) -> None:
         spark.createDataFrame([("c1", 0, 0), ("c1", 0, 1), ("c1", 1, 0)], key),  # e.g. offset_commits
         spark.createDataFrame([("c1", 0, 2), ("c2", 0, 0)], key),  # e.g. quarantine
     ]
-    bronze_counts = frames.records_per_partition(bronze, "partition")
-    frame = frames.Frame(frames.gold_reconciliation(bronze_counts, [frames.records_per_partition(t) for t in silver]))
+    bronze_counts = build.records_per_partition(bronze, "partition")
+    frame = frames.Frame(build.gold_reconciliation(bronze_counts, [build.records_per_partition(t) for t in silver]))
     out, _ = run(suites, "gold.reconciliation", frame)
     # (c1, 0): 3 = 3; (c1, 1): 1 of 2 records in silver; (c2, 0): a silver record bronze lacks
     assert counts(out) == {"silver_records_equal_bronze_records": (False, 2)}
@@ -309,7 +341,7 @@ def test_reconciliation_and_truth_rules(spark, suites) -> None:
     progress = spark.createDataFrame(
         [("c1", 0, 99), ("c1", 1, 60)], "cluster string, offsets_partition int, applied_offset bigint"
     )
-    frame = frames.gold_truth_snapshot(live, progress, truth)
+    frame = build.gold_truth_snapshot(live, progress, truth)
     out, _ = run(suites, "gold.truth_snapshot", frame, requirements={"truth_snapshot"})
     # compared: b (agrees), d (differs), h (missing from gold), f (missing from the truth)
     assert counts(out) == {"live_offsets_agree_with_truth": (False, 3)}
@@ -343,7 +375,7 @@ def test_silver_group_members_rules(spark, suites) -> None:
         "cluster string, offsets_partition int, record_offset bigint, member_index int, group_id string, "
         "member_id string, protocol_type string, protocol_error string",
     )
-    out, _ = run(suites, "silver.group_members", frames.Frame(frames.silver_group_members(members, groups)))
+    out, _ = run(suites, "silver.group_members", frames.Frame(build.silver_group_members(members, groups)))
     # rows: 8 members + the records at 13 and 14 without member rows; broken records: 11 (1 row),
     # 12 (2), 14 (1), 15 (1), 16 (2)
     assert counts(out) == {
@@ -374,7 +406,7 @@ def test_silver_tombstones_rules(spark, suites) -> None:
         "cluster string, offsets_partition int, record_offset bigint, record_type int, group_id string, "
         "topic string, partition int, member_id string, regular_expression string",
     )
-    out, _ = run(suites, "silver.tombstones", frames.silver_tombstones(tombstones, {"c1": 50}))
+    out, _ = run(suites, "silver.tombstones", build.silver_tombstones(tombstones, {"c1": 50}))
     assert counts(out) == {"tombstone_names_its_key": (False, 4), "offsets_partition_matches_group": (False, 1)}
 
 
@@ -391,7 +423,7 @@ def test_silver_version_inventory_rules(spark, suites) -> None:
         "cluster string, offsets_partition int, record_kind string, record_type int, value_version int, "
         "status string, records bigint, first_offset bigint, last_offset bigint",
     )
-    frame = frames.Frame(frames.silver_version_inventory(inventory, frames.records_per_partition(bronze, "partition")))
+    frame = frames.Frame(build.silver_version_inventory(inventory, build.records_per_partition(bronze, "partition")))
     out, _ = run(suites, "silver.version_inventory", frame)
     # census: partition 1's two rows, partition 3's row, and one row for bronze's partition 2,
     # which the inventory lacks
@@ -420,7 +452,7 @@ def test_silver_topic_ids_rules(spark, suites) -> None:
         ("c2", "y3Kq-7w0TnSb2Ah9Yw_-kg", "ok.name_-1"),
     ]
     df = spark.createDataFrame(rows, "cluster string, topic_id string, topic_name string")
-    out, _ = run(suites, "silver.topic_ids", frames.Frame(frames.silver_topic_ids(df)))
+    out, _ = run(suites, "silver.topic_ids", frames.Frame(build.silver_topic_ids(df)))
     assert counts(out) == {
         "key_unique": (False, 2),
         "one_name_per_topic_id": (False, 2),
@@ -453,11 +485,12 @@ def test_samples_are_asked_for_only_when_a_rule_fails(spark, suites, monkeypatch
         formats.clear()
         stored = set(store.list_keys())
         df = spark.createDataFrame(rows, "cluster string, topic_id string, topic_name string")
-        out, _ = run(suites, "silver.topic_ids", frames.Frame(frames.silver_topic_ids(df)))
+        out, _ = run(suites, "silver.topic_ids", frames.Frame(build.silver_topic_ids(df)))
         assert formats == ([0] if passes else [0, 10])
         (key,) = set(store.list_keys()) - stored
         source = store.get(key).meta["active_batch_definition"]["datasource_name"]
-        assert source == {"spark": gx_engine_module.DATASOURCE, "pandas": gx_engine_module.LOCAL_DATASOURCE}[gx_engine]
+        local = gx_engine_module.LOCAL_DATASOURCE
+        assert source == {"spark": gx_engine_module.DATASOURCE, "pandas": local, "local": local}[gx_engine]
         samples = out["topic_id_is_a_uuid"].details["partial_unexpected_list"]
         assert samples == ([] if passes else ["short"])
 
@@ -482,7 +515,7 @@ def test_gold_current_groups_rules(spark, suites) -> None:
         "generation int, assignment_epoch int, exists_because string, record_offset bigint, state_offset bigint, "
         "deleted boolean, delete_cause string",
     )
-    out, _ = run(suites, "gold.current_groups", frames.Frame(frames.gold_current_groups(groups)))
+    out, _ = run(suites, "gold.current_groups", frames.Frame(build.gold_current_groups(groups)))
     assert counts(out) == {
         "key_unique": (False, 2),
         "one_live_row_per_group_id": (False, 2),
@@ -523,7 +556,7 @@ def test_gold_offset_history_rules(spark, suites) -> None:
         "valid_from_offset bigint, valid_to_offset bigint, valid_from_timestamp bigint, valid_to_timestamp bigint, "
         "deleted boolean, record_offset bigint, deleted_offset bigint",
     )
-    out, _ = run(suites, "gold.offset_history", frames.Frame(frames.gold_offset_history(history)))
+    out, _ = run(suites, "gold.offset_history", frames.Frame(build.gold_offset_history(history)))
     assert counts(out) == {
         "one_open_interval_per_key": (False, 2),  # partition 1's interval at 20, partition 2's only one
         "intervals_chain": (False, 4),  # partition 1 at 10 and 20, partition 4 at 10, one of partition 5's
@@ -558,7 +591,7 @@ def test_gold_group_generations_rules(spark, suites) -> None:
         "cluster string, offsets_partition int, group_id string, generation int, started_offset bigint, "
         "ended_offset bigint, end_reason string, records bigint, last_record_offset bigint",
     )
-    out, _ = run(suites, "gold.group_generations", frames.Frame(frames.gold_group_generations(generations)))
+    out, _ = run(suites, "gold.group_generations", frames.Frame(build.gold_group_generations(generations)))
     assert counts(out) == {
         "one_open_generation_per_group": (False, 3),  # b at 20, c at 10, i
         "generations_chain": (False, 3),  # b at 20, d at 10, i
@@ -596,7 +629,7 @@ def test_gold_consumer_group_members_rules(spark, suites) -> None:
         "assignment_epochs:array<int>>>, partitions_pending_revocation array<struct<topic_id:string,topic:string,"
         "partitions:array<int>,assignment_epochs:array<int>>>",
     )
-    frame = frames.Frame(frames.gold_consumer_group_members(members, groups))
+    frame = frames.Frame(build.gold_consumer_group_members(members, groups))
     out, _ = run(suites, "gold.consumer_group_members", frame)
     assert counts(out) == {
         "key_unique": (False, 2),
@@ -623,7 +656,7 @@ def test_gold_partition_progress_rules(spark, suites) -> None:
         ],
         "cluster string, offsets_partition int, applied_offset bigint, events_applied bigint, in_flight_run string",
     )
-    out, _ = run(suites, "gold.partition_progress", frames.Frame(frames.gold_partition_progress(progress, inventory)))
+    out, _ = run(suites, "gold.partition_progress", frames.Frame(build.gold_partition_progress(progress, inventory)))
     assert counts(out) == {
         "key_unique": (False, 2),
         "no_partition_in_flight": (False, 1),
