@@ -229,8 +229,11 @@ def run_quality(
     # a truth snapshot is a live input: those runs always validate
     memo = dict((lake.latest_metadata(spark, tables.path("quality", "results")) or {}).get("validated") or {})
     key, seen = "+".join(layers), None
+    # every data table opened once: the fingerprint and the suites' driver reads use these snapshots
+    snapshots = _snapshots(spark, tables)
     if truth is None:
-        seen = _inputs_fingerprint(spark, tables, suites, layers, params, settings, partitions, now_ms)
+        with lake.pinned(snapshots):
+            seen = _inputs_fingerprint(spark, tables, suites, layers, params, settings, partitions, now_ms)
         if not full and (memo.get(key) or {}).get("inputs") == seen:
             return _unchanged(spark, tables, report, memo[key]["run_id"], [s for x in layers for s in suites.layer(x)])
     start_engine()  # GX imports while the first frames are computed
@@ -240,7 +243,8 @@ def run_quality(
 
     def validate(suite: Suite) -> tuple[str, tuple[list[Outcome], list[tuple[Outcome, str]], Frame | None]]:
         started = time.perf_counter()
-        done = _validate_suite(spark, tables, suite, previous, seen, inputs, params, run_id, settings, requirements)
+        with lake.pinned(snapshots):
+            done = _validate_suite(spark, tables, suite, previous, seen, inputs, params, run_id, settings, requirements)
         log.debug("quality: %s validated (%s) in %.2f s", suite.name, done[0], time.perf_counter() - started)
         return done
 
@@ -392,6 +396,27 @@ def _validate_changes(
 _NOT_INPUTS = {("bronze", "runs"), ("quality", "results")}
 
 
+def _data_tables(tables: Tables) -> list[tuple[str, str]]:
+    return [
+        (layer, table)
+        for layer in ("bronze", "silver", "gold")
+        for table in tables.specs.get(layer, {})
+        if (layer, table) not in _NOT_INPUTS
+    ]
+
+
+def _snapshots(spark: SparkSession, tables: Tables) -> dict[str, Any]:
+    """The data tables as delta-rs opens them now (lake.pinned), or none when it cannot open one
+    (every read then opens the table itself, or asks Spark)."""
+    if lake.remote(spark):
+        return {}
+    try:
+        return lake.open_tables(tables.path(layer, table) for layer, table in _data_tables(tables))
+    except Exception as exc:
+        log.debug("quality: delta-rs cannot open every table (%s): each read opens its own", exc)
+        return {}
+
+
 def _inputs_fingerprint(
     spark: SparkSession,
     tables: Tables,
@@ -406,10 +431,7 @@ def _inputs_fingerprint(
     expectations, the parameters, policies and partition counts, and the clock when one is given
     (a test, a replay of a past run). Equal fingerprints, equal outcomes."""
     identities = {
-        f"{layer}.{table}": lake.identity(spark, tables.path(layer, table))
-        for layer in ("bronze", "silver", "gold")
-        for table in tables.specs.get(layer, {})
-        if (layer, table) not in _NOT_INPUTS
+        f"{layer}.{table}": lake.identity(spark, tables.path(layer, table)) for layer, table in _data_tables(tables)
     }
     return {
         "tables": {name: version for name, (version, _) in identities.items()},

@@ -20,6 +20,7 @@ import contextlib
 import json
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -190,6 +191,9 @@ def exists(spark: SparkSession, path: str) -> bool:
     from deltalake import DeltaTable as RsTable
 
     uri = normalise(path)
+    tables = getattr(_PINNED, "tables", None)
+    if tables is not None and uri in tables:
+        return tables[uri] is not None
     try:
         return bool(RsTable.is_deltatable(uri, storage_options=delta_rs_options(uri)))
     except Exception as exc:
@@ -494,11 +498,50 @@ def row_count(path: str, version: int | None = None) -> int | None:
     return None if actions is None else int(pc.sum(actions["num_records"]).as_py() or 0)
 
 
+def open_tables(paths: Iterable[str]) -> dict[str, Any]:
+    """The delta-rs tables at ``paths`` as they are now (None where there is no table), opened four
+    at once (an open reads the log: a listing and a few objects on a store), keyed by their
+    normalised URIs, for :func:`pinned`. Raises what delta-rs raises for a table it cannot open."""
+
+    def one(path: str) -> Any:
+        return _rs_table_or_none(path)
+
+    uris = [normalise(p) for p in paths]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return dict(zip(uris, pool.map(one, uris), strict=True))
+
+
+_PINNED = threading.local()
+
+
+@contextmanager
+def pinned(tables: Mapping[str, Any]) -> Iterator[None]:
+    """In this thread, the driver's reads of a table in ``tables`` (:func:`open_tables`) at its
+    latest version read that snapshot, and do not open the log again: a validation reads every
+    table several times (its rows, counts, statistics), each read an open of the log, and reads
+    the versions it records as validated. Only reads: nothing that writes opens a table this way,
+    and a thread that did not enter is not affected."""
+    previous = getattr(_PINNED, "tables", None)
+    _PINNED.tables = tables
+    try:
+        yield
+    finally:
+        _PINNED.tables = previous
+
+
 def _rs_table(path: str, version: int | None = None) -> Any:
-    """The delta-rs table at ``path`` (at ``version``), with the storage options of its store."""
+    """The delta-rs table at ``path`` (at ``version``), with the storage options of its store (a
+    pinned snapshot, :func:`pinned`, for the latest version)."""
     from deltalake import DeltaTable  # local: only the driver reads logs this way
 
     uri = normalise(path)
+    tables = getattr(_PINNED, "tables", None)
+    if version is None and tables is not None and uri in tables:
+        if tables[uri] is None:
+            from deltalake.exceptions import TableNotFoundError
+
+            raise TableNotFoundError(f"no Delta table at {uri}")
+        return tables[uri]
     return DeltaTable(uri, version=version, storage_options=delta_rs_options(uri))
 
 
