@@ -103,6 +103,8 @@ class Engine:
         }
         self.run_id: str | None = None
         self._sites: set[str] = set()
+        # (suite, engine) -> (what it checks, its GX validation definition): _definition
+        self._definitions: dict[tuple[str, str], tuple[str, Any]] = {}
         self._lock = threading.RLock()  # the context, its stores and GX's objects: one thread at a time
 
     def _start_run(self, run_id: str) -> None:
@@ -112,7 +114,15 @@ class Engine:
                 store.remove_key(key)
             self.run_id = run_id
 
-    def _definition(self, suite: Suite, gx_suite, kind: str):
+    def _definition(self, suite: Suite, params: dict[str, Any], names: list[str] | None, kind: str):
+        """The GX validation definition of the suite (its expectations in ``names``, with ``params``)
+        on the ``kind`` engine: kept for the process, made again only when what it checks changes
+        (making one saves the suite and the definition in GX's stores, 60-70 ms a suite)."""
+        chosen = [e for e in suite.expectations if names is None or e.name in names]
+        key = repr([(e.name, e.type, substitute(e.kwargs, params)) for e in chosen]) + suite.version
+        kept = self._definitions.get((suite.name, kind))
+        if kept is not None and kept[0] == key:
+            return kept[1]
         ctx = self.context
         source = self.sources[kind]
         try:
@@ -123,11 +133,13 @@ class Engine:
             batch = asset.get_batch_definition("whole")
         except (KeyError, LookupError):
             batch = asset.add_batch_definition_whole_dataframe("whole")
-        saved = ctx.suites.add_or_update(gx_suite)
+        saved = ctx.suites.add_or_update(build_suite(suite, params, names))
         name = f"validate {suite.name} ({kind})"
         with contextlib.suppress(Exception):  # not there on first use in this process
             ctx.validation_definitions.delete(name)
-        return ctx.validation_definitions.add(self.gx.ValidationDefinition(name=name, data=batch, suite=saved))
+        definition = ctx.validation_definitions.add(self.gx.ValidationDefinition(name=name, data=batch, suite=saved))
+        self._definitions[(suite.name, kind)] = (key, definition)
+        return definition
 
     def validate(
         self,
@@ -144,32 +156,29 @@ class Engine:
         replaces the first in the store the Data Docs are built from. ``local``: ``df`` as
         :func:`collect_local` collected it, validated by GX's pandas engine; None: by Spark.
         ``docs``: the validation stays in the store the run's Data Docs are built from."""
-        with self._lock:
-            gx_suite = build_suite(suite, params, names)
         if local is not None:
-            return self._stored(suite, gx_suite, "pandas", local, params, run_id, docs)
+            return self._stored(suite, names, "pandas", local, params, run_id, docs)
         # GX reads the frame once per rule and per retry: computed once, kept for those reads
         df = df.persist()
         try:
-            return self._stored(suite, gx_suite, "spark", df, params, run_id, docs)
+            return self._stored(suite, names, "spark", df, params, run_id, docs)
         finally:
             df.unpersist()
 
-    def _stored(self, suite: Suite, gx_suite, kind: str, data, params: dict[str, Any], run_id: str, docs: bool):
+    def _stored(self, suite: Suite, names, kind: str, data, params: dict[str, Any], run_id: str, docs: bool):
         """:meth:`_validate` under the lock; ``docs`` False: its results leave the store again."""
         with self._lock:
             self._start_run(run_id)
             store = self.context.validation_results_store
             stored = set(store.list_keys())
             try:
-                return self._validate(suite, gx_suite, kind, data, params, run_id)
+                return self._validate(self._definition(suite, params, names, kind), suite, data, params, run_id)
             finally:
                 if not docs:
                     for key in set(store.list_keys()) - stored:
                         store.remove_key(key)
 
-    def _validate(self, suite: Suite, gx_suite, kind: str, data, params: dict[str, Any], run_id: str):
-        definition = self._definition(suite, gx_suite, kind)
+    def _validate(self, definition, suite: Suite, data, params: dict[str, Any], run_id: str):
         store = self.context.validation_results_store
         stored = set(store.list_keys())
         results = self._run(definition, suite, data, params, run_id, COUNTS_ONLY)
