@@ -29,6 +29,7 @@ from pipelines.bronze.kafka_source import stored_positions
 from pipelines.bronze.kafka_truth import fetch_truth
 from pipelines.errors import ConfigError, StageUnavailable
 from pipelines.gold.build import run_gold
+from pipelines.quality.engine import preload as preload_gx
 from pipelines.quality.stage import QualityReport, partition_counts, run_quality
 from pipelines.quality.suites import LAYERS, check_job_overrides
 from pipelines.runtime import lake
@@ -252,6 +253,8 @@ def run_job(
     report = RunReport.start(job_name, run_id)
     data_stages = [s for s in wanted if s != "quality"]
     checks = quality_checkpoints(data_stages) if "quality" in wanted else {}
+    if "quality" in wanted:
+        preload_gx()  # imported while Spark starts and the data stages run
     _check_kafka(ctx, job, bronze="bronze" in data_stages, quality="quality" in wanted)
     if "quality" in wanted and not data_stages:
         _quality(ctx, job_name, report, None, full=full_refresh)
