@@ -311,7 +311,9 @@ def page(plots: Sequence[Plot], root: str, group: str | None) -> str:
 def build_report(ctx: Context, out: Path | str, group: str | None = None) -> str:
     """Query the lakehouse, draw the plots and write ``out/index.html``; returns where it is.
     ``out`` may be a directory on an object store (``s3://…``, e.g. ``<root>/report``)."""
-    ctx.tables.register_existing()
+    ctx.tables.register_existing(["gold"])  # its plots read gold's views, and silver's inventory
+    if _exists(ctx, "silver", "version_inventory"):
+        ctx.tables.register("silver", "version_inventory")
     needed = [("gold", "offset_history"), ("gold", "group_generations"), ("silver", "version_inventory")]
     missing = [ctx.tables.name(layer, t) for layer, t in needed if not _exists(ctx, layer, t)]
     if missing:

@@ -544,14 +544,16 @@ def sql(
             return
         # a serve only reads: a statement allowed to write takes a session of our own
         _session(ctx, "sql", "--allow-writes" if allow_writes else "--no-serve" if no_serve else None)
+        text = query_file.read_text() if query_file else query
+        # only the layers the statement names: registering a table costs a Delta snapshot
+        layers = ctx.tables.layers_named(text)
         if allow_writes:
-            ctx.tables.register_existing()
+            ctx.tables.register_existing(layers)
         elif not ctx.attached:  # (a serve's session has every table registered, and only reads)
             ctx.extra_conf |= readonly.conf(ctx.config.spark.conf)
             with readonly.writable(ctx.spark):  # registering the names; the statement only reads
-                ctx.tables.register_existing()
+                ctx.tables.register_existing(layers)
             readonly.allow_root(ctx.spark, ctx.root)
-        text = query_file.read_text() if query_file else query
         try:
             df = ctx.spark.sql(text)
         except Exception as exc:

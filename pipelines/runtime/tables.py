@@ -286,6 +286,15 @@ class Tables:
                 names += self.ensure_views(layer, names)
         return names
 
+    def layers_named(self, text: str) -> list[str] | None:
+        """The layers whose schema names appear as words in the SQL ``text`` (a statement that
+        names ``gold.x`` needs gold's tables registered, not silver's); None when it names none (a
+        ``SHOW TABLES``: every layer)."""
+        named = [
+            layer for layer, schema in self.schema_names.items() if re.search(rf"\b{re.escape(schema)}\b", text, re.I)
+        ]
+        return named or None
+
     def registered(self) -> list[str]:
         """The names this session's catalog already has (a serve's session: it registered them)."""
         out = []

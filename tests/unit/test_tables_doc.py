@@ -19,3 +19,15 @@ def test_every_column_is_documented() -> None:
             assert spec.comment, spec.name
             for col in spec.columns:
                 assert col.comment, f"{spec.layer}.{spec.name}.{col.name} has no comment"
+
+
+def test_a_statement_registers_the_layers_it_names() -> None:
+    """`sql` registers only the layers a statement names (a Delta snapshot per table registered)."""
+    from pipelines.runtime.tables import Tables
+
+    tables = Tables(None, "/lake", {"gold": "prod_gold"})  # type: ignore[arg-type]
+    assert tables.layers_named("SELECT * FROM prod_gold.live_offsets") == ["gold"]
+    assert tables.layers_named("select 1 from SILVER.x join `prod_gold`.`y`") == ["silver", "gold"]
+    # "gold" is not gold's schema here, and "silvery" is not a word "silver"
+    assert tables.layers_named("SELECT 'gold', silvery FROM t") is None
+    assert tables.layers_named("SHOW TABLES") is None
