@@ -104,8 +104,8 @@ class Engine:
         }
         self.run_id: str | None = None
         self._sites: set[str] = set()
-        # (suite, engine) -> (what it checks, its GX validation definition): _definition
-        self._definitions: dict[tuple[str, str], tuple[str, Any]] = {}
+        # suite -> (engine and what it checks, its GX validation definition): _definition
+        self._definitions: dict[str, tuple[str, Any]] = {}
         self._lock = threading.RLock()  # the context, its stores and GX's objects: one thread at a time
 
     def _start_run(self, run_id: str) -> None:
@@ -120,8 +120,10 @@ class Engine:
         on the ``kind`` engine: kept for the process, made again only when what it checks changes
         (making one saves the suite and the definition in GX's stores, 60-70 ms a suite)."""
         chosen = [e for e in suite.expectations if names is None or e.name in names]
-        key = repr([(e.name, e.type, substitute(e.kwargs, params)) for e in chosen]) + suite.version
-        kept = self._definitions.get((suite.name, kind))
+        # per suite, not per engine: both engines' definitions share the suite GX stores by name,
+        # and making one replaces it (GX then refuses the other's as stale)
+        key = repr([kind, suite.version, *((e.name, e.type, substitute(e.kwargs, params)) for e in chosen)])
+        kept = self._definitions.get(suite.name)
         if kept is not None and kept[0] == key:
             return kept[1]
         ctx = self.context
@@ -139,7 +141,7 @@ class Engine:
         with contextlib.suppress(Exception):  # not there on first use in this process
             ctx.validation_definitions.delete(name)
         definition = ctx.validation_definitions.add(self.gx.ValidationDefinition(name=name, data=batch, suite=saved))
-        self._definitions[(suite.name, kind)] = (key, definition)
+        self._definitions[suite.name] = (key, definition)
         return definition
 
     def validate(

@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 from bench.common import quality_differences, split_log
 from pipelines.generate import generate
 from pipelines.quality import incremental, results
-from pipelines.quality.frames import Inputs, load_frame, sources
+from pipelines.quality.frames import Inputs, fits_driver, load_frame, sources
 from pipelines.quality.suites import load_suites
 from pipelines.runner import Context, quality_job, run_job
 from pipelines.runtime import lake
@@ -88,6 +88,32 @@ def test_increment_equals_a_full_validation(increment) -> None:
         assert _how(report.quality_outcomes, suite) == {"incremental"}, suite
     rules = sum(len(s.expectations) for s in load_suites())
     assert _equal_to_full(ctx, report.quality_outcomes) == rules
+
+
+def test_frames_built_by_spark_validate_an_increment_as_the_driver_s_do(increment, spark) -> None:
+    """With ``local_max_rows: 1`` the suites' frames are built by Spark (and validated by GX on
+    Spark), but for empty tables, built on the driver meanwhile: an increment validated that way,
+    its inserted rows read by Spark, equals a full validation, and builds on the driver's memo."""
+    ctx, _ = increment
+    config = ctx.config_path.with_name("jobs-spark-frames.yaml")
+    config.write_text(
+        ctx.config_path.read_text().replace("incremental_min_rows: 0}", "incremental_min_rows: 0, local_max_rows: 1}")
+    )
+    on_spark = Context(config)
+    on_spark._spark = spark
+    suites = list(load_suites())
+    with_rows = [s for s in suites if not fits_driver(spark, ctx.tables, s.frame, 1)]
+    assert "silver.offset_commits" in {s.name for s in with_rows} and len(with_rows) < len(suites)
+    _quality(ctx)  # the memo, by frames built on the driver
+    path = ctx.tables.path("silver", "offset_commits")
+    commits = spark.read.format("delta").load(path)
+    last = commits.agg(F.max("record_offset")).first()[0]
+    commits.limit(1).withColumn("record_offset", F.lit(last + 500).cast("bigint")).write.format("delta").mode(
+        "append"
+    ).save(path)
+    outcomes = quality_job(on_spark, JOB).quality_outcomes
+    assert _how(outcomes, "silver.offset_commits") == {"incremental"}
+    _equal_to_full(on_spark, outcomes)
 
 
 def test_inserted_rows_read_on_the_driver_equal_spark_s_read(increment, spark, monkeypatch) -> None:
