@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pandas as pd
+import pyarrow as pa
 
 from pipelines.quality.engine import collect_local
 from pipelines.quality.suites import ExpectationSpec, Suite
@@ -61,3 +62,20 @@ def test_a_frame_over_the_bound_or_a_bound_of_zero_stays_with_spark() -> None:
     assert len(collect_local(suite(A), FakeFrame(["a"], rows=10), None, 10)) == 10
     zero = FakeFrame(["a"], rows=1)
     assert collect_local(suite(A), zero, None, 0) is None and zero.asked == {}  # nothing computed
+
+
+def test_a_frame_built_on_the_driver_is_converted_as_spark_converts_what_it_collects() -> None:
+    """An Arrow frame (local_frames.py) becomes pandas of the chosen rules' columns, as Spark's
+    toPandas makes it from Arrow: integers with nulls as floats, booleans with nulls as objects."""
+    table = pa.table(
+        {
+            "a": pa.array([1, None], pa.int64()),
+            "b": pa.array([True, None]),
+            "c": pa.array([1, 2], pa.int32()),
+            "d": ["x", "y"],
+        }
+    )
+    local = collect_local(suite(A, AB, C), table, ["a_not_null", "ab_unique"], 10)
+    assert list(local.columns) == ["a", "b"]
+    assert str(local["a"].dtype) == "float64" and local["a"].isna().tolist() == [False, True]
+    assert local["b"].dtype == object and local["b"].tolist() == [True, None]
