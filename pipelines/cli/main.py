@@ -545,14 +545,14 @@ def sql(
         # a serve only reads: a statement allowed to write takes a session of our own
         _session(ctx, "sql", "--allow-writes" if allow_writes else "--no-serve" if no_serve else None)
         text = query_file.read_text() if query_file else query
-        # only the layers the statement names: registering a table costs a Delta snapshot
-        layers = ctx.tables.layers_named(text)
+        # (ctx.tables starts the session: the read-only check must be in its settings first)
         if allow_writes:
-            ctx.tables.register_existing(layers)
+            ctx.tables.register_existing(ctx.tables.layers_named(text))
         elif not ctx.attached:  # (a serve's session has every table registered, and only reads)
             ctx.extra_conf |= readonly.conf(ctx.config.spark.conf)
             with readonly.writable(ctx.spark):  # registering the names; the statement only reads
-                ctx.tables.register_existing(layers)
+                # only the layers the statement names: registering a table costs a Delta snapshot
+                ctx.tables.register_existing(ctx.tables.layers_named(text))
             readonly.allow_root(ctx.spark, ctx.root)
         try:
             df = ctx.spark.sql(text)
