@@ -125,3 +125,24 @@ def test_partition_rule_notes_equal(spark, shared_lakehouse, partitions) -> None
         assert (on_driver.skipped, on_driver.notes) == (on_spark.skipped, on_spark.notes)
         assert on_spark.skipped or on_spark.notes
         assert rows_of(on_driver) == rows_of(on_spark)
+
+
+def test_one_suite_on_both_engines_in_turn(spark) -> None:
+    """A process validates a suite on GX's pandas engine, then on Spark, then on pandas again (a
+    stage whose frames go both ways): each engine's validation definition shares the suite GX
+    stores by name, and one made for the other engine must not be taken for current."""
+    suite = load_suites()["silver.transaction_markers"]
+    markers = spark.createDataFrame(
+        [("c1", 0, 10, "COMMIT", 7, 0), ("c1", 0, 11, "LEADER_CHANGE", 7, 0)],
+        "cluster string, offsets_partition int, record_offset bigint, control_type string, producer_id bigint, "
+        "coordinator_epoch int",
+    )
+    settings = QualitySettings()
+    seen = []
+    for local_max_rows in (settings.local_max_rows, 0, settings.local_max_rows):
+        outcomes, _ = evaluate_suite(
+            suite, Frame(markers), params_of(settings), "engines-test", local_max_rows=local_max_rows, docs=False
+        )
+        seen.append({o.expectation: (o.success, o.unexpected_count) for o in outcomes})
+    assert seen[0]["control_type_commit_or_abort"] == (False, 1)
+    assert seen[0] == seen[1] == seen[2]
