@@ -235,7 +235,7 @@ def run_quality(
     memo = dict((lake.latest_metadata(spark, tables.path("quality", "results")) or {}).get("validated") or {})
     key, seen = "+".join(layers), None
     # every data table opened once: the fingerprint and the suites' driver reads use these snapshots
-    snapshots = _snapshots(spark, tables)
+    snapshots = _snapshots(spark, tables, _input_tables(tables, suites, layers))
     if truth is None:
         with lake.pinned(snapshots):
             seen = _inputs_fingerprint(spark, tables, suites, layers, params, settings, partitions, now_ms)
@@ -423,22 +423,26 @@ def _validate_changes(
 _NOT_INPUTS = {("bronze", "runs"), ("quality", "results")}
 
 
-def _data_tables(tables: Tables) -> list[tuple[str, str]]:
+def _input_tables(tables: Tables, suites: Suites, layers: tuple[str, ...]) -> list[tuple[str, str]]:
+    """The tables the frames of the suites of ``layers`` read (frames.SOURCES): what their
+    validation depends on. A checkpoint's fingerprint holds these alone, so gold's commits do not
+    make the next run's bronze and silver suites validate again."""
+    read = {source for layer in layers for suite in suites.layer(layer) for source in sources(suite.frame)}
     return [
         (layer, table)
         for layer in ("bronze", "silver", "gold")
         for table in tables.specs.get(layer, {})
-        if (layer, table) not in _NOT_INPUTS
+        if f"{layer}.{table}" in read and (layer, table) not in _NOT_INPUTS
     ]
 
 
-def _snapshots(spark: SparkSession, tables: Tables) -> dict[str, Any]:
-    """The data tables as delta-rs opens them now (lake.pinned), or none when it cannot open one
-    (every read then opens the table itself, or asks Spark)."""
+def _snapshots(spark: SparkSession, tables: Tables, inputs: list[tuple[str, str]]) -> dict[str, Any]:
+    """The ``inputs`` tables as delta-rs opens them now (lake.pinned), or none when it cannot open
+    one (every read then opens the table itself, or asks Spark)."""
     if lake.remote(spark):
         return {}
     try:
-        return lake.open_tables(tables.path(layer, table) for layer, table in _data_tables(tables))
+        return lake.open_tables(tables.path(layer, table) for layer, table in inputs)
     except Exception as exc:
         log.debug("quality: delta-rs cannot open every table (%s): each read opens its own", exc)
         return {}
@@ -454,11 +458,12 @@ def _inputs_fingerprint(
     partitions: dict[str, int | None] | None,
     now_ms: int | None,
 ) -> dict[str, Any]:
-    """What the suites of ``layers`` would see: the version of every data table, the suites'
-    expectations, the parameters, policies and partition counts, and the clock when one is given
+    """What the suites of ``layers`` would see: the version of every table their frames read, the
+    suites' expectations, the parameters, policies and partition counts, and the clock when one is given
     (a test, a replay of a past run). Equal fingerprints, equal outcomes."""
     identities = {
-        f"{layer}.{table}": lake.identity(spark, tables.path(layer, table)) for layer, table in _data_tables(tables)
+        f"{layer}.{table}": lake.identity(spark, tables.path(layer, table))
+        for layer, table in _input_tables(tables, suites, layers)
     }
     return {
         "tables": {name: version for name, (version, _) in identities.items()},
