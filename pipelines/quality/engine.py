@@ -60,10 +60,28 @@ class RawResult:
     exception: str | None = None
 
 
+# Held around every import of Great Expectations. GX's package imports itself in circles; two
+# threads importing it at once (the preload below and a stage's first use) make Python's import
+# machinery break the cycle by handing one of them a partly initialised module (ImportError:
+# "cannot import name ... from partially initialized module"). Once one import finished, the
+# others are dictionary lookups.
+_IMPORTING = threading.Lock()
+
+
+def import_gx() -> Any:
+    """The ``great_expectations`` package, imported once, by one thread at a time."""
+    with _IMPORTING:
+        # read at import: GX would otherwise send usage statistics
+        os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+        import great_expectations as gx
+        import great_expectations.expectations  # a subpackage: bound on gx once imported
+
+        return gx
+
+
 def expectation_class(type_name: str) -> type:
     """``expect_column_values_to_be_between`` -> ``gx.expectations.ExpectColumnValuesToBeBetween``."""
-    import great_expectations.expectations as gxe  # local: see Engine
-
+    gxe = import_gx().expectations
     cls = getattr(gxe, "".join(p.capitalize() for p in type_name.split("_")), None)
     if cls is None:
         raise ValueError(f"not a Great Expectations expectation type: {type_name!r}")
@@ -72,8 +90,7 @@ def expectation_class(type_name: str) -> type:
 
 def build_suite(suite: Suite, params: dict[str, Any], names: list[str] | None = None):
     """The GX ExpectationSuite of ``suite`` (only the expectations in ``names`` when given)."""
-    import great_expectations as gx  # local: see Engine
-
+    gx = import_gx()
     gx_suite = gx.ExpectationSuite(name=suite.name, meta={"version": suite.version, "description": suite.description})
     for e in suite.expectations:
         if names is not None and e.name not in names:
@@ -87,11 +104,9 @@ class Engine:
     """The GX context of this process."""
 
     def __init__(self) -> None:
-        # Great Expectations is imported here, not with the module: it is heavy (seconds, and it
-        # reads GX_ANALYTICS_ENABLED at import), and only a run that validates needs it
-        os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
-        import great_expectations as gx
-
+        # Great Expectations is imported here, not with the module: it is heavy (seconds), and
+        # only a run that validates needs it
+        gx = import_gx()
         self.gx = gx
         from great_expectations.data_context.types.base import ProgressBarsConfig
 
@@ -285,9 +300,8 @@ def preload() -> None:
 
 
 def _import_quietly() -> None:
-    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     with contextlib.suppress(Exception):  # the engine imports it again, and says what failed
-        import great_expectations  # noqa: F401
+        import_gx()
 
 
 def start_engine() -> None:

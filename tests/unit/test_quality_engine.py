@@ -4,7 +4,10 @@ recording stand-in for the Spark DataFrame; no JVM."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
@@ -79,3 +82,27 @@ def test_a_frame_built_on_the_driver_is_converted_as_spark_converts_what_it_coll
     assert list(local.columns) == ["a", "b"]
     assert str(local["a"].dtype) == "float64" and local["a"].isna().tolist() == [False, True]
     assert local["b"].dtype == object and local["b"].tolist() == [True, None]
+
+
+def test_gx_imported_in_the_background_and_at_first_use_at_once() -> None:
+    """A job preloads GX in a thread while its stages run; a stage that needs GX before that
+    import ends must wait for it, not import it a second time from another thread (GX's circular
+    imports then fail with "partially initialized module": the unit tier's CI run of 2026-12-02).
+    In a fresh interpreter each time, at delays inside the 3-4 s import."""
+    script = (
+        "import sys, time\n"
+        "from pipelines.quality import engine\n"
+        "engine.preload()\n"
+        "time.sleep(float(sys.argv[1]))\n"
+        "engine.expectation_class('expect_column_values_to_not_be_null')\n"
+    )
+    for delay in ("0", "0.2", "0.5"):
+        done = subprocess.run(
+            [sys.executable, "-c", script, delay],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            cwd=Path(__file__).resolve().parents[2],
+        )
+        assert done.returncode == 0, f"at {delay} s: {done.stderr[-2000:]}"
