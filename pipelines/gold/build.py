@@ -121,10 +121,13 @@ OUTPUT_DDL = (
 PROGRESS_TABLE = "progress"
 # bytes (in Arrow) per IPC blob of the replay's output, and per output batch (:func:`_output_batches`)
 BLOB_BYTES = 8 << 20
-# a run whose files hold at most this many rows (silver's to replay and gold's persisted state,
-# each file once) is replayed on the driver, by the tasks' own body: a Spark job's fixed cost
-# and checkpoint are most of a small run's replay
+# a run whose silver files to replay hold at most this many rows, and whose persisted state's
+# files (an increment's) at most LOCAL_STATE_ROWS, is replayed on the driver, by the tasks' own
+# body: a Spark job's fixed cost and checkpoint are most of a small run's replay, and an
+# increment's untouched groups pass through in Arrow there, where Spark's tasks carry every row of
+# the state through IPC blobs, a checkpoint and back (at 30M records 1.3M rows for 100k events)
 LOCAL_REPLAY_ROWS = 250_000
+LOCAL_STATE_ROWS = 4_000_000
 # replay bins (Spark partitions) per core on a first run: small bins even out partitions' sizes
 BINS_PER_CORE = 4
 # the replay's output: a checkpointed DataFrame (Spark's tasks), or an Arrow table (the driver)
@@ -152,9 +155,9 @@ class ReplayTask:
         return (*self.pair, self.bucket, self.buckets, self.applied, files)
 
 
-def _tasks(spark: SparkSession, tables: Tables, plan: Plan) -> tuple[list[ReplayTask], int]:
+def _tasks(spark: SparkSession, tables: Tables, plan: Plan) -> tuple[list[ReplayTask], int, int]:
     """The files each planned partition's replay reads, from the Delta logs, and the rows those
-    files hold (each file counted once, as a replay on the driver reads it)."""
+    files hold, silver's and gold's (each file counted once, as a replay on the driver reads it)."""
     paths = {("silver", t): tables.path("silver", t) for t in SOURCE_TABLES}
     if plan.incremental:
         paths |= {("gold", t): tables.path("gold", t) for t in GOLD_TABLES}
@@ -162,6 +165,7 @@ def _tasks(spark: SparkSession, tables: Tables, plan: Plan) -> tuple[list[Replay
     versions = {f"silver.{t}": plan.versions.get(t) for t in SOURCE_TABLES}
     found = lake.data_files(spark, {f"{layer}.{t}": p for (layer, t), p in paths.items()}, (*PART, CURRENT_FLAG),
                             ("record_offset", "offsets_partition"), versions)  # fmt: skip
+    seen = _consumed_files(tables, plan)
     by_pair: dict[tuple[str, str, str], list[lake.DataFile]] = {}
     wanted = {(c, str(p)) for c, p in plan.pairs}
     for name, files in found.items():
@@ -187,6 +191,8 @@ def _tasks(spark: SparkSession, tables: Tables, plan: Plan) -> tuple[list[Replay
             files = by_pair.get((f"silver.{table}", pair[0], str(pair[1])), [])
             # files whose statistics show no row above the applied offset are not read
             keep = [f for f in files if f.maximum["record_offset"] is None or f.maximum["record_offset"] > after]
+            if applied is not None:  # resumed: what the last run's versions held it replayed
+                keep = [f for f in keep if f.uri not in seen.get(table, ())]
             if keep:
                 silver[table] = [f.uri for f in keep]
                 weight += sum(f.rows or 0 for f in keep)
@@ -211,7 +217,23 @@ def _tasks(spark: SparkSession, tables: Tables, plan: Plan) -> tuple[list[Replay
         else:
             out += [ReplayTask(pair, applied, silver, gold, weight // buckets, i, buckets) for i in range(buckets)]
         read.update(uri for uris in (*silver.values(), *gold.values()) for uri in uris)
-    return out, sum(rows_of[uri] for uri in read)
+    gold_files = {uri for t in out for uris in t.gold.values() for uri in uris}
+    return out, sum(rows_of[uri] for uri in read - gold_files), sum(rows_of[uri] for uri in gold_files)
+
+
+def _consumed_files(tables: Tables, plan: Plan) -> dict[str, set[str]]:
+    """Per silver table, the files of the version the last run consumed, when this run resumes
+    partitions. None of them holds a row a resumed partition has not applied: that run replayed
+    every row of those versions (a partition is resumed only when every row silver added since
+    lies above its applied offset). A file of a table partitioned by cluster alone spans every
+    offsets partition, so its statistics cannot rule it out: without this, an increment read the
+    first run's files of those tables whole (at 10M records 515k rows for 100k new ones, and
+    more with every run's history)."""
+    if not plan.incremental or not plan.consumed:
+        return {}
+    wanted = [(t, v) for t in SOURCE_TABLES if (v := plan.consumed.get(t)) is not None]
+    listed = lake.parallel_map(lambda tv: lake.files_at(tables.path("silver", tv[0]), tv[1]), wanted)
+    return {t: uris for (t, _), uris in zip(wanted, listed, strict=True) if uris}
 
 
 def _rows_per_partition(uri: str) -> dict[int, int]:
@@ -236,6 +258,45 @@ def _span(f: lake.DataFile) -> int:
     return 1 if low is None or high is None else max(1, int(high) - int(low) + 1)
 
 
+# runs per offsets partition in a gold file beyond which the file is sorted rather than sliced
+MAX_RUNS_PER_PARTITION = 16
+
+
+def partition_slices(rows: pa.Table, parts: pa.Array) -> tuple[pa.Table, dict[int, list[tuple[int, int]]]]:
+    """A gold file's rows, and where the rows of each of ``parts`` lie in them: runs of
+    consecutive rows (start, stop), each partition's rows a few zero-copy slices, where a sort of
+    the file copied every row (at 30M records 1.3M rows of state per increment). A file's rows come
+    in runs per partition, in partition order when the driver wrote them, in the order a task
+    replayed them otherwise, interleaved in chunks by delta-rs's parallel writer; a file cut finer
+    than :data:`MAX_RUNS_PER_PARTITION` runs per partition is sorted. A task replaying fewer than
+    half of a file's rows copies its own and lets the rest go: a task of a many-core cluster must
+    not hold every partition's state."""
+    values = rows.column("offsets_partition").to_numpy()
+    if not len(values):
+        return rows, {}
+    cuts = np.flatnonzero(values[1:] != values[:-1]) + 1
+    if len(cuts) + 1 > MAX_RUNS_PER_PARTITION * len(np.unique(values)):
+        order = np.argsort(values, kind="stable")
+        rows, values = rows.take(order), values[order]
+        cuts = np.flatnonzero(values[1:] != values[:-1]) + 1
+    starts, stops = np.concatenate(([0], cuts)), np.concatenate((cuts, [len(values)]))
+    wanted = set(parts.to_pylist())
+    at: dict[int, list[tuple[int, int]]] = {}
+    for p, a, b in zip(values[starts].tolist(), starts.tolist(), stops.tolist(), strict=True):
+        if p in wanted:
+            at.setdefault(p, []).append((a, b))
+    kept = sum(b - a for runs in at.values() for a, b in runs)
+    if kept < len(values) // 2:  # a task of many: keep its own rows, not the cluster's
+        order_ = [np.arange(a, b) for p in sorted(at) for a, b in at[p]]
+        rows = rows.take(np.concatenate(order_) if order_ else np.empty(0, np.int64))
+        start, compact = 0, {}
+        for p in sorted(at):
+            n = sum(b - a for a, b in at[p])
+            compact[p], start = [(start, start + n)], start + n
+        at = compact
+    return rows, at
+
+
 def _task_frame(spark: SparkSession, tasks: list[ReplayTask]) -> DataFrame:
     """The tasks as a DataFrame whose Spark partitions are balanced bins of them (largest first
     into the lightest bin): the replay runs per Spark partition, no shuffle. Bins per core:
@@ -250,6 +311,9 @@ def _task_frame(spark: SparkSession, tasks: list[ReplayTask]) -> DataFrame:
         i = loads.index(min(loads))
         bins[i].append(task.row())
         loads[i] += task.weight + 1
+    # each bin in partition order: the files its output is written to then hold a partition's rows
+    # as one run, in order (the next increment's reads slice them, :func:`partition_slices`)
+    bins = [sorted(b, key=lambda row: row[:3]) for b in bins]
     rdd = spark.sparkContext.parallelize(list(enumerate(bins)), n).flatMap(lambda kv: kv[1])
     return spark.createDataFrame(rdd, TASK_DDL)
 
@@ -318,36 +382,17 @@ def _replay_function(
             # once for all the partitions it replays and keeps only theirs (``cache["parts"]``)
             key = (table, tuple(uris))
             if key not in cache:
-                rows = read_parquet(uris, state[table].append(pa.field("offsets_partition", pa.int32())))
-                if table in INTERVALS and rows.column(INTERVALS[table]).null_count < rows.num_rows:
-                    rows = rows.filter(pc.is_null(rows.column(INTERVALS[table])))
-                cache[key] = by_partition(rows, cache["parts"])
-            rows, at = cache[key]
-            start, stop = at.get(part, (0, 0))
-            return rows.slice(start, stop - start).select(state[table].names)
-
-        def by_partition(rows: pa.Table, parts: pa.Array) -> tuple[pa.Table, dict[int, tuple[int, int]]]:
-            """The rows ordered by partition, and where the rows of each of ``parts`` lie: slices
-            of one table, where a filter per partition copied the rows again (at 30M records, 50
-            filters of 1M rows). Gold's files hold their rows in partition order already. A task
-            replaying fewer than half of them copies its own rows and lets the rest go, as the
-            filter did: a task of a many-core cluster must not hold every partition's state."""
-            values = rows.column("offsets_partition").to_numpy()
-            if len(values) and bool(np.any(values[1:] < values[:-1])):  # gold writes them in order: rarely
-                order = np.argsort(values, kind="stable")
-                rows, values = rows.take(order), values[order]
-            wanted = parts.to_numpy()
-            starts = np.searchsorted(values, wanted, "left")
-            stops = np.searchsorted(values, wanted, "right")
-            at = {int(p): (int(a), int(b)) for p, a, b in zip(wanted, starts, stops, strict=True) if b > a}
-            kept = sum(b - a for a, b in at.values())
-            if kept < len(values) // 2:  # a task of many: keep its own rows, not the cluster's
-                ranges = sorted(at.items(), key=lambda kv: kv[1][0])
-                rows = rows.take(np.concatenate([np.arange(a, b) for _, (a, b) in ranges] or [np.empty(0, np.int64)]))
-                at, start = {}, 0
-                for p, (a, b) in ranges:
-                    at[p], start = (start, start + b - a), start + b - a
-            return rows, at
+                schema = state[table].append(pa.field("offsets_partition", pa.int32()))
+                cache[key] = []
+                for uri in uris:
+                    rows = read_parquet([uri], schema)
+                    if table in INTERVALS and rows.column(INTERVALS[table]).null_count < rows.num_rows:
+                        rows = rows.filter(pc.is_null(rows.column(INTERVALS[table])))
+                    cache[key].append(partition_slices(rows, cache["parts"]))
+            mine = [rows.slice(a, b - a) for rows, at in cache[key] for a, b in at.get(part, ())]
+            if not mine:
+                return state[table].empty_table()
+            return pa.concat_tables(mine).select(state[table].names)
 
         def silver_chunks(table: str) -> Iterator[pa.Table]:
             uris = files["silver"].get(table) or []
@@ -884,7 +929,7 @@ def _replay(
     sources = read_schemas(tables.specs["silver"])
     soft_ms = None if soft_delete_retention_days is None else int(soft_delete_retention_days * 86_400_000)
     with result.steps("list files"):
-        tasks, read_rows = _tasks(spark, tables, plan)
+        tasks, silver_rows, state_rows = _tasks(spark, tables, plan)
     result.bucketed = {
         f"{t.pair[0]}/{t.pair[1]}": t.buckets for t in tasks if t.buckets > 1 and t.bucket in (0, ALL_BUCKETS)
     }
@@ -896,7 +941,8 @@ def _replay(
     replay = _replay_function(run_id, retention_ms, soft_ms, sources, state, schemas, shared)
     out: Output
     with result.steps("read events and replay"):
-        if read_rows <= LOCAL_REPLAY_ROWS:  # a small run: no Spark job for a few rows
+        # a small run, or an increment on a state the driver can hold: no Spark job
+        if silver_rows <= LOCAL_REPLAY_ROWS and state_rows <= LOCAL_STATE_ROWS:
             result.replayed_on = "driver"
             out = _replay_on_driver(replay, tasks)
         else:

@@ -326,6 +326,18 @@ def _files_by_delta_rs(
     ]
 
 
+def files_at(path: str, version: int) -> set[str] | None:
+    """The URIs of the data files of the Delta table at ``path`` as of ``version``, listed by
+    delta-rs; None when it cannot list exactly that version (its log entries cleaned up, a feature
+    it lacks): unlike :func:`data_files`, no fallback to Spark's current snapshot, which would
+    answer for another version."""
+    try:
+        return {f.uri for f in _files_by_delta_rs(path, (), (), version)}
+    except Exception as exc:
+        log.debug("delta-rs cannot list %s at version %s (%s)", path, version, exc)
+        return None
+
+
 def _files_by_spark(
     spark: SparkSession, paths: Mapping[str, str], partition_columns: Sequence[str], stats: Sequence[str]
 ) -> dict[str, list[DataFile]]:

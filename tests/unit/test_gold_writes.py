@@ -7,6 +7,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
+from pipelines.gold import build
 from pipelines.gold.build import ALL, CLOSED, GOLD_TABLES, OPEN, _output_batches, table_writes
 from pipelines.gold.plan import Plan
 from pipelines.runtime import taskwrite
@@ -169,3 +170,41 @@ def test_a_replace_removes_only_files_whose_every_row_it_replaces() -> None:
     # no statistics: the file is read to tell
     assert verdict("current_offsets", existing("a", None, None, None), "a01") is True
     assert verdict("current_offsets", existing("a", None, None, None), "a012") is None
+
+
+# -- reading the persisted state back: each partition's rows as slices of a file ---------------------
+def _file(partitions: list[int]) -> pa.Table:
+    return pa.table({"offsets_partition": pa.array(partitions, pa.int32()), "row": list(range(len(partitions)))})
+
+
+def _rows_of(rows: pa.Table, at: dict[int, list[tuple[int, int]]], part: int) -> list[int]:
+    return [r for a, b in at.get(part, ()) for r in rows.column("row").to_pylist()[a:b]]
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        [0, 0, 1, 1, 1, 2],  # written by the driver: in partition order
+        [2, 2, 0, 1, 1, 0],  # by a task in its own order, 0 in two runs
+        [1, 0, 1, 0, 2, 1, 0, 2, 1, 0, 1, 2, 0, 1, 0, 2, 1, 0, 1, 2, 0] * 3,  # cut finer: sorted instead
+    ],
+)
+def test_each_partitions_rows_are_found_whatever_the_files_order(layout: list[int], monkeypatch) -> None:
+    monkeypatch.setattr(build, "MAX_RUNS_PER_PARTITION", 4)
+    table = _file(layout)
+    rows, at = build.partition_slices(table, pa.array([0, 1, 2], pa.int32()))
+    for part in (0, 1, 2):
+        expected = [i for i, p in enumerate(layout) if p == part]
+        assert _rows_of(rows, at, part) == expected  # every row, in the file's order
+    if len(layout) > 4 * 3:  # too many runs: sorted, one run each
+        assert all(len(runs) == 1 for runs in at.values())
+    else:  # slices of the file as it was: no copy
+        assert rows is table
+
+
+def test_a_task_replaying_few_of_a_files_partitions_keeps_only_their_rows() -> None:
+    layout = [3, 3, 0, 1, 1, 0, 2, 2, 2, 4]
+    rows, at = build.partition_slices(_file(layout), pa.array([0, 4], pa.int32()))
+    assert rows.num_rows == 3  # partitions 0 and 4: three of ten rows copied, the rest let go
+    assert _rows_of(rows, at, 0) == [2, 5] and _rows_of(rows, at, 4) == [9]
+    assert at.get(1) is None
