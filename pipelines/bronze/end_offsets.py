@@ -229,7 +229,7 @@ def write(spark: SparkSession, tables: Tables, rows: list[Observation], source_n
     unique = list({_key(o): o for o in rows}.values())
     new = _not_yet_in(path, unique)
     if new is None:
-        frame = spark.createDataFrame(_arrow(tables, unique, source_name, run_id))
+        frame = lake.spark_frame(spark, _arrow(tables, unique, source_name, run_id))
         return lake.insert_new(spark, path, frame, KEY)
     if new:
         table = _arrow(tables, new, source_name, run_id)

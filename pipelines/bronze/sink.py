@@ -162,7 +162,8 @@ def append_arrow(
         if lake.write_arrow(rows, path, metadata=commit_metadata):
             faults.point("bronze.after_commit")
             return rows.num_rows, 0
-    return merge_records(spark, tables, spark.createDataFrame(rows), run_id, commit_metadata, coverage=coverage)
+    frame = lake.spark_frame(spark, rows)
+    return merge_records(spark, tables, frame, run_id, commit_metadata, coverage=coverage)
 
 
 def _orphan_files(rows: pa.Table, path: str) -> None:

@@ -132,6 +132,26 @@ LOCAL_STATE_ROWS = 4_000_000
 BINS_PER_CORE = 4
 # the replay's output: a checkpointed DataFrame (Spark's tasks), or an Arrow table (the driver)
 Output = DataFrame | pa.Table
+
+
+class Held(dict):
+    """A replay on the driver's output tables, by key: its output rows carry a key in the blob
+    column, not an IPC stream of the rows. Spark's tasks must serialise their output; the
+    driver's would serialise the whole state (every untouched group's rows) and read it back."""
+
+    def put(self, rows: pa.Table) -> bytes:
+        key = len(self)
+        self[key] = rows
+        return key.to_bytes(8, "little")
+
+    def rows(self, blob: bytes) -> pa.Table:
+        return self[int.from_bytes(blob, "little")]
+
+
+def _from_ipc(blob: bytes) -> pa.Table:
+    return pa.ipc.open_stream(blob).read_all()
+
+
 ALL, CLOSED, OPEN = "all", "closed", "open"
 TASK_DDL = "cluster string, offsets_partition int, bucket int, buckets int, applied bigint, files string"
 
@@ -320,8 +340,8 @@ def _task_frame(spark: SparkSession, tasks: list[ReplayTask]) -> DataFrame:
 
 def _replay_on_driver(replay: Callable, tasks: list[ReplayTask]) -> pa.Table:
     """The replay's output computed in this process, as one task that takes every partition: the
-    same body Spark's tasks run (:func:`_replay_function`), without a Spark job, and each gold
-    file read once for all partitions."""
+    same body Spark's tasks run (:func:`_replay_function`, made with a :class:`Held`), without a
+    Spark job, and each gold file read once for all partitions."""
     names = [part.split()[0] for part in TASK_DDL.split(", ")]
     batch = pa.RecordBatch.from_pylist([dict(zip(names, t.row(), strict=True)) for t in tasks])
     return pa.Table.from_batches(list(replay(iter([batch]))))
@@ -335,9 +355,11 @@ def _replay_function(
     state: dict[str, pa.Schema],
     schemas: dict[str, pa.Schema],
     shared: frozenset[str] = frozenset(),
+    held: Held | None = None,
 ):
     """The mapInArrow body run in Spark tasks: per task row (a partition), read its files, replay,
-    and return its output as IPC blobs (:data:`OUTPUT_DDL`). A file of a ``shared`` silver table
+    and return its output as IPC blobs (:data:`OUTPUT_DDL`); run on the driver with ``held``, the
+    output tables stay in it and the blobs are their keys. A file of a ``shared`` silver table
     (partitioned by cluster alone) is read once per task for all the partitions it replays: on an
     object store each read is requests, which a task replaying 7 partitions would make 7 times."""
     blob_bytes = BLOB_BYTES  # read here: the tasks get the driver's value with the closure
@@ -494,7 +516,7 @@ def _replay_function(
             }
         )
         parts.append((PROGRESS_TABLE, ALL, done, True))
-        return _output_batches(cluster, part, bucket, parts, blob_bytes)
+        return _output_batches(cluster, part, bucket, parts, blob_bytes, held)
 
     def run(batches):  # Iterator[pa.RecordBatch] -> Iterator[pa.RecordBatch]
         for batch in batches:
@@ -511,7 +533,12 @@ def _replay_function(
 
 
 def _output_batches(
-    cluster: str, part: int, bucket: int, parts: list[tuple[str, str, pa.Table, bool]], blob_bytes: int = BLOB_BYTES
+    cluster: str,
+    part: int,
+    bucket: int,
+    parts: list[tuple[str, str, pa.Table, bool]],
+    blob_bytes: int = BLOB_BYTES,
+    held: Held | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """One replayed partition (or bucket) as output rows (:data:`OUTPUT_DDL`): per (table, part),
     its rows in IPC blobs of about ``blob_bytes`` at most (one, maybe empty, when they are fewer;
@@ -519,6 +546,9 @@ def _output_batches(
     held a partition's whole history: the JVM copies a batch's blobs several times on its way into
     the checkpoint, and a 10M build with a 1.4 GiB heap (standing in for 30M with 4 GiB) died there
     (docs/performance.md)."""
+    if held is not None:  # on the driver: nothing crosses to a JVM, the rows stay as they are
+        yield _output_batch(cluster, part, bucket, parts, held)
+        return
     pieces = []
     for table, name, rows, changed in parts:
         step = max(1, rows.num_rows * blob_bytes // max(rows.nbytes, 1))
@@ -536,10 +566,13 @@ def _output_batches(
 
 
 def _output_batch(
-    cluster: str, part: int, bucket: int, pieces: list[tuple[str, str, pa.Table, bool]]
+    cluster: str, part: int, bucket: int, pieces: list[tuple[str, str, pa.Table, bool]], held: Held | None = None
 ) -> pa.RecordBatch:
     n = len(pieces)
-    data = [blobs.ipc(p[2]) for p in pieces]
+    # the progress rows always as IPC: the listing reads them (:func:`_progress_of`)
+    inline = [held is None or p[0] == PROGRESS_TABLE for p in pieces]
+    data = [blobs.ipc(p[2]) if ipc else held.put(p[2]) for p, ipc in zip(pieces, inline, strict=True)]
+    sizes = [len(d) if ipc else p[2].nbytes for p, d, ipc in zip(pieces, data, inline, strict=True)]
     return pa.RecordBatch.from_pydict(
         {
             "cluster": pa.array([cluster] * n, pa.string()),
@@ -550,7 +583,7 @@ def _output_batch(
             "rows": pa.array([p[2].num_rows for p in pieces], pa.int64()),
             # a recomputed partition is rewritten whole; else only the tables the run changed
             "changed": pa.array([p[3] for p in pieces], pa.bool_()),
-            "bytes": pa.array([len(d) for d in data], pa.int64()),
+            "bytes": pa.array(sizes, pa.int64()),
             "data": pa.array(data, pa.binary()),
         }
     )
@@ -699,10 +732,12 @@ def _write(
     sizes: dict[tuple[str, str, Pair], int],
     volume: dict[tuple[str, str, Pair], int],
     schemas: dict[str, pa.Schema],
+    held: Held | None = None,
 ) -> None:
     """Run the commits, one per table in ``writes``: the first alone (a fault point follows it),
     then the rest in parallel. ``sizes``, ``volume``: rows and blob bytes per (table, part,
-    partition) of ``out``."""
+    partition) of ``out``; ``held``: the tables of a replay on the driver, by blob."""
+    load = held.rows if held is not None else _from_ipc
     named = [t for t in writes if t in NAMED]
     names = topic_names(spark, tables).persist() if named and not isinstance(out, pa.Table) else None
     name_map = topic_name_map(spark, tables) if named else {}
@@ -722,16 +757,19 @@ def _write(
         if isinstance(out, pa.Table):
             mine = _picked_arrow(out, table, w)
             local_rows = _rows(mine, [*PART, "part", blobs.DATA]) if small else None
-            if local_rows is not None and _write_locally(path, schemas[table], local_rows, w, fill):
+            if local_rows is not None and _write_locally(path, schemas[table], local_rows, w, fill, load):
                 return
             # too many rows for one delta-rs commit, or a table it cannot write: Spark writes them
-            batches = list(blobs.unpack(mine.to_batches()))
+            # through IPC: pyspark's conversion refuses arrays sliced out of larger ones (a held
+            # table's rows: "Null bitmap with offsets slice not supported"), written out they are whole
+            held_rows = [load(blob) for blob in mine.column(blobs.DATA).to_pylist() if blob]
+            batches = [b for rows in held_rows for b in _from_ipc(blobs.ipc(rows)).to_batches()]
             # no batch at all (a replace that clears partitions): Spark needs a chunk per column
             arrow = pa.Table.from_batches(batches, schemas[table]) if batches else schemas[table].empty_table()
-            rows = spark.createDataFrame(fill(arrow) if fill is not None else arrow)
+            rows = lake.spark_frame(spark, fill(arrow) if fill is not None else arrow)
         else:
             picked = out.where((F.col("table") == table) & _picked(w))
-            if small and fetch is not None and _write_locally(path, schemas[table], fetch.rows(table), w, fill):
+            if small and fetch is not None and _write_locally(path, schemas[table], fetch.rows(table), w, fill, load):
                 return
             # the tasks unpacking the rows write the table's files: an append, or a replace that
             # removes whole files (all offsets partitions of a file replaced: any increment that
@@ -815,6 +853,7 @@ def _write_locally(
     picked: list[dict[str, Any]],
     w: TableWrite,
     fill: Callable[[pa.Table], pa.Table] | None,
+    load: Callable[[bytes], pa.Table] = _from_ipc,
 ) -> bool:
     """A table's commit written from the driver (:func:`lake.write_arrow`): its few rows, the
     replay's output rows ``picked`` unpacked. delta-rs refuses rows outside the predicate it
@@ -827,7 +866,7 @@ def _write_locally(
     # in partition order (a stable sort: a partition's buckets keep theirs): the next increment's
     # replay then finds each partition's rows as one slice of the file, not by copying them all
     for r in sorted(picked, key=lambda r: (r["cluster"], r["offsets_partition"])):
-        rows = pa.ipc.open_stream(r[blobs.DATA]).read_all()
+        rows = load(r[blobs.DATA])
         rows = fill(rows) if fill is not None else rows
         (beyond if (r["part"], (r["cluster"], r["offsets_partition"])) in extra else inside).append(rows)
     if inside or w.where is not None:
@@ -938,18 +977,21 @@ def _replay(
         log.info("gold: %s replayed in buckets", spread)
     # silver tables partitioned by cluster alone: each file holds rows of many offsets partitions
     shared = frozenset(t for t in SOURCE_TABLES if "offsets_partition" not in tables.spec("silver", t).partitioned_by)
-    replay = _replay_function(run_id, retention_ms, soft_ms, sources, state, schemas, shared)
     out: Output
+    held: Held | None = None
     with result.steps("read events and replay"):
         # a small run, or an increment on a state the driver can hold: no Spark job
         if silver_rows <= LOCAL_REPLAY_ROWS and state_rows <= LOCAL_STATE_ROWS:
             result.replayed_on = "driver"
+            held = Held()
+            replay = _replay_function(run_id, retention_ms, soft_ms, sources, state, schemas, shared, held)
             out = _replay_on_driver(replay, tasks)
         else:
             result.replayed_on = "spark"
             # a checkpoint, not a cache: the replay read the gold tables it is about to write, and
             # Spark re-computes cached plans over a table written to (each write would replay
             # again, on the tables as the earlier writes left them)
+            replay = _replay_function(run_id, retention_ms, soft_ms, sources, state, schemas, shared)
             out = (
                 _task_frame(spark, tasks)
                 .mapInArrow(replay, OUTPUT_DDL)
@@ -987,7 +1029,7 @@ def _replay(
         progress_rows(spark, tables, plan, done, run_id, in_flight=True)
         faults.point("gold.before_merge")
         with result.steps("write tables"):
-            _write(spark, tables, out, table_writes(plan, changed, nonempty), sizes, volume, schemas)
+            _write(spark, tables, out, table_writes(plan, changed, nonempty), sizes, volume, schemas, held)
         if plan.names_changed and plan.progress:  # a first run wrote every member row with today's names
             with result.steps("topic names"):
                 _refresh_names(spark, tables)

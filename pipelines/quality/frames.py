@@ -605,7 +605,7 @@ def lakehouse_reader(spark: SparkSession, tables: Tables) -> Reader:
         if rows is not None and 0 < rows <= SMALL_TABLE_ROWS:
             arrow = lake.read_arrow(spark, path)
             if arrow is not None and arrow.num_rows == rows:
-                return spark.createDataFrame(arrow)
+                return lake.spark_frame(spark, arrow)
         return lake.read(spark, path)
 
     return read

@@ -424,11 +424,18 @@ def readable_by_driver(path: str) -> bool:
     return table is not None and not table.protocol().reader_features
 
 
-def spark_frame(spark: SparkSession, rows: pa.Table) -> DataFrame:
-    """``rows`` (read on the driver) as a Spark DataFrame, a local relation. An empty table keeps
-    its schema: pyspark cannot build a frame from columns without chunks, as delta-rs returns an
-    empty read."""
-    return spark.createDataFrame(rows if rows.num_rows else rows.schema.empty_table())
+def spark_frame(spark: SparkSession, rows: pa.Table, schema: str | StructType | None = None) -> DataFrame:
+    """``rows`` (held on the driver) as a Spark DataFrame, a local relation (``schema``: Spark's
+    columns, when given). An empty table keeps its schema: pyspark cannot build a frame from
+    columns without chunks, as delta-rs returns an empty read. Batches without rows are dropped:
+    Spark 4.1's reader of the Arrow stream ``createDataFrame`` sends takes one for the stream's end,
+    and every row after it was lost without an error (a table of ten rows, none, then twenty gave
+    a frame of ten; tests/spark/test_lake_write_arrow.py)."""
+    if not rows.num_rows:
+        rows = rows.schema.empty_table()
+    elif any(not b.num_rows for b in rows.to_batches()):
+        rows = rows.combine_chunks()  # whole arrays: pyspark refuses some sliced ones (lists with nulls)
+    return spark.createDataFrame(rows) if schema is None else spark.createDataFrame(rows, schema)
 
 
 def read_arrow_where(path: str, columns: Sequence[str], where: Any) -> pa.Table:

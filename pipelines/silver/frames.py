@@ -68,7 +68,7 @@ class Decoded:
         their count needs: :func:`pipelines.runtime.blobs.frame`)."""
         ddl = tables.spec("silver", name).ddl_columns()
         if self.blobs is None:
-            return self.spark.createDataFrame(self.arrow(name), ddl)
+            return lake.spark_frame(self.spark, self.arrow(name), ddl)
         return ipc_blobs.frame(self.blobs.where(F.col("table") == name), ddl, self.counts.get(name))
 
     def tasks(self, name: str) -> DataFrame | None:

@@ -186,3 +186,13 @@ def test_appends_from_tasks_refuse_what_spark_would_and_leave_what_they_cannot_w
     before = lake.version(spark, path)
     assert lake.append_from_tasks(spark, _tasks_frame(spark, [0]), path, _task_rows) is None
     assert lake.version(spark, path) == before and not _spark_rows(spark, path)
+
+
+def test_rows_held_on_the_driver_reach_spark_whole_with_empty_batches_among_them(spark) -> None:
+    # what a replay on the driver hands Spark's writer: its partitions' rows, some of them none
+    rows = pa.concat_tables([_rows("a", 0, range(10)), _rows("a", 1, range(0)), _rows("a", 2, range(20))])
+    assert [b.num_rows for b in rows.to_batches()] == [10, 0, 20]
+    frame = lake.spark_frame(spark, rows)
+    assert sorted(tuple(r) for r in frame.collect()) == sorted(tuple(r.values()) for r in rows.to_pylist())
+    assert lake.spark_frame(spark, rows, DDL).count() == 30
+    assert lake.spark_frame(spark, SCHEMA.empty_table()).columns == SCHEMA.names
