@@ -178,8 +178,7 @@ def read_and_write(
         out = frame.mapInArrow(read, OUT_DDL).toArrow()
     actions = out.filter(pc.is_valid(out["path"])).drop_columns(["side"])
     raw = pa.concat_tables(
-        [pa.ipc.open_stream(b).read_all() for b in out["side"].to_pylist() if b is not None]
-        or [arrow_schema().empty_table()]
+        [blobs.table(b) for b in out["side"].to_pylist() if b is not None] or [arrow_schema().empty_table()]
     )
     progress, changed, issues = sides(raw, run_id)
     coverage = file_log.coverage(progress)

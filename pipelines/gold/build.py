@@ -148,10 +148,6 @@ class Held(dict):
         return self[int.from_bytes(blob, "little")]
 
 
-def _from_ipc(blob: bytes) -> pa.Table:
-    return pa.ipc.open_stream(blob).read_all()
-
-
 ALL, CLOSED, OPEN = "all", "closed", "open"
 TASK_DDL = "cluster string, offsets_partition int, bucket int, buckets int, applied bigint, files string"
 
@@ -636,7 +632,7 @@ def _progress_of(listing: list[dict[str, Any]]) -> dict[tuple[str, int], dict[st
     deletes it purged itself."""
     done: dict[tuple[str, int], dict[str, Any]] = {}
     for r in (r for r in listing if r["table"] == PROGRESS_TABLE):
-        [row] = pa.ipc.open_stream(r["data"]).read_all().to_pylist()
+        [row] = blobs.table(r["data"]).to_pylist()
         pair = (r["cluster"], r["offsets_partition"])
         if pair in done:
             row["purged"] += done[pair]["purged"]
@@ -739,7 +735,7 @@ def _write(
     """Run the commits, one per table in ``writes``: the first alone (a fault point follows it),
     then the rest in parallel. ``sizes``, ``volume``: rows and blob bytes per (table, part,
     partition) of ``out``; ``held``: the tables of a replay on the driver, by blob."""
-    load = held.rows if held is not None else _from_ipc
+    load = held.rows if held is not None else blobs.table
     named = [t for t in writes if t in NAMED]
     names = topic_names(spark, tables).persist() if named and not isinstance(out, pa.Table) else None
     name_map = topic_name_map(spark, tables) if named else {}
@@ -772,7 +768,7 @@ def _write(
             # through IPC: pyspark's conversion refuses arrays sliced out of larger ones (a held
             # table's rows: "Null bitmap with offsets slice not supported"), written out they are whole
             held_rows = [load(blob) for blob in mine.column(blobs.DATA).to_pylist() if blob]
-            batches = [b for rows in held_rows for b in _from_ipc(blobs.ipc(rows)).to_batches()]
+            batches = [b for rows in held_rows for b in blobs.table(blobs.ipc(rows)).to_batches()]
             # no batch at all (a replace that clears partitions): Spark needs a chunk per column
             arrow = pa.Table.from_batches(batches, schemas[table]) if batches else schemas[table].empty_table()
             rows = lake.spark_frame(spark, fill(arrow) if fill is not None else arrow)
@@ -862,7 +858,7 @@ def _write_locally(
     picked: list[dict[str, Any]],
     w: TableWrite,
     fill: Callable[[pa.Table], pa.Table] | None,
-    load: Callable[[bytes], pa.Table] = _from_ipc,
+    load: Callable[[bytes], pa.Table] = blobs.table,
 ) -> bool:
     """A table's commit written from the driver (:func:`lake.write_arrow`): its few rows, the
     replay's output rows ``picked`` unpacked. delta-rs refuses rows outside the predicate it
@@ -873,7 +869,8 @@ def _write_locally(
     beyond: list[pa.Table] = []
     extra = {(part, pair) for part, pairs in w.beyond.items() for pair in pairs}
     # in partition order (a stable sort: a partition's buckets keep theirs): the next increment's
-    # replay then finds each partition's rows as one slice of the file, not by copying them all
+    # replay then finds each partition's rows in a few runs of the file (delta-rs's writer may
+    # interleave its chunks), as slices, not by copying them all (:func:`partition_slices`)
     for r in sorted(picked, key=lambda r: (r["cluster"], r["offsets_partition"])):
         rows = load(r[blobs.DATA])
         rows = fill(rows) if fill is not None else rows

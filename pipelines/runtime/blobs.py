@@ -19,7 +19,7 @@ import pyarrow as pa
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["DATA", "ROWS_PER_TASK", "collect", "frame", "ipc", "scans", "tasks", "unpack", "unpacked"]
+__all__ = ["DATA", "ROWS_PER_TASK", "collect", "frame", "ipc", "scans", "table", "tasks", "unpack", "unpacked"]
 
 DATA = "data"  # the binary column holding the IPC streams
 # rows one unpacking task takes before a write gets another (the frame's own partitions are the cap)
@@ -32,6 +32,11 @@ def ipc(table: pa.Table) -> bytes:
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
     return sink.getvalue().to_pybytes()
+
+
+def table(blob: bytes) -> pa.Table:
+    """The rows of one IPC stream (:func:`ipc`'s inverse)."""
+    return pa.ipc.open_stream(blob).read_all()
 
 
 def collect(blobs: DataFrame, *columns: str) -> pa.Table:

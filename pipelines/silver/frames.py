@@ -227,8 +227,8 @@ def _counted(
     for table, rows, size in listing:
         counts[table] = counts.get(table, 0) + rows
         decoded.sizes[table] = decoded.sizes.get(table, 0) + (size or 0)
-    inventory = [pa.ipc.open_stream(data).read_all() for table, data in small if table == INVENTORY]
-    topics = [pa.ipc.open_stream(data).read_all() for table, data in small if table == TOPIC_IDS]
+    inventory = [ipc_blobs.table(data) for table, data in small if table == INVENTORY]
+    topics = [ipc_blobs.table(data) for table, data in small if table == TOPIC_IDS]
     decoded.inventory = combine_census(inventory, plan.tables["version_inventory"])
     decoded.topics = pa.concat_tables(topics) if topics else plan.tables["topic_ids"].empty_table()
     inv = decoded.inventory
