@@ -17,6 +17,7 @@ import fnmatch
 import os
 import posixpath
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from pyarrow import fs
@@ -83,19 +84,14 @@ def list_segments(uris: list[str]) -> list[RemoteSegment]:
         info = filesys.get_file_info(base)
         if info.type == fs.FileType.NotFound:
             raise SourceNotFound(f"no such file or directory: {raw}")
-        if info.type == fs.FileType.File:
-            entries = [info]
-        else:
-            entries = filesys.get_file_info(fs.FileSelector(base, recursive=True))
-        for e in entries:
-            if e.type != fs.FileType.File:
+        local = isinstance(filesys, fs.LocalFileSystem) and info.type == fs.FileType.Directory
+        for e_path, size, mtime_ns, identity in _local_logs(base) if local else _listed(filesys, info):
+            if glob and not _glob_matches(e_path, path):
                 continue
-            if glob and not _glob_matches(e.path, path):
-                continue
-            name = posixpath.basename(e.path)
-            parent = posixpath.basename(posixpath.dirname(e.path))
+            name = posixpath.basename(e_path)
+            parent = posixpath.basename(posixpath.dirname(e_path))
             if SEGMENT_FILE.match(name) and (PARTITION_DIR.match(parent) or info.type == fs.FileType.File):
-                found[e.path] = (e.size, raw, e.mtime_ns, _identity(filesys, e.path))
+                found[e_path] = (size, raw, mtime_ns, identity)
     by_dir: dict[str, list[tuple[int, str]]] = {}
     for path in found:
         by_dir.setdefault(posixpath.dirname(path), []).append((int(posixpath.basename(path)[:20]), path))
@@ -110,6 +106,37 @@ def list_segments(uris: list[str]) -> list[RemoteSegment]:
             uri, index_uri = _join(raw, path), _join(raw, index)
             out.append(RemoteSegment(uri, size, partition, base, i == len(segs) - 1, index_uri, mtime_ns, identity))
     return out
+
+
+def _listed(filesys: fs.FileSystem, info: fs.FileInfo) -> Iterator[tuple[str, int, int | None, str | None]]:
+    """(path, size, mtime, identity) of every file at or under ``info``, as the filesystem lists them."""
+    if info.type == fs.FileType.File:
+        entries = [info]
+    else:
+        entries = filesys.get_file_info(fs.FileSelector(info.path, recursive=True))
+    for e in entries:
+        if e.type == fs.FileType.File:
+            yield e.path, e.size, e.mtime_ns, _identity(filesys, e.path)
+
+
+def _local_logs(directory: str) -> Iterator[tuple[str, int, int | None, str | None]]:
+    """The ``.log`` files under a local directory with one ``stat`` each (symbolic links followed,
+    as pyarrow's listing follows them). pyarrow's recursive listing stats every file, ``.index``
+    and ``.timeindex`` too, and the inode then takes another: at 13,000 segments 0.8 s of an
+    increment, where this takes a quarter of it."""
+    try:
+        entries = list(os.scandir(directory))
+    except (FileNotFoundError, NotADirectoryError):
+        return  # gone since it was listed: what it held is not there to read
+    for entry in entries:
+        try:
+            if entry.is_dir():
+                yield from _local_logs(entry.path)
+            elif entry.name.endswith(".log"):
+                st = entry.stat()
+                yield entry.path, st.st_size, st.st_mtime_ns, f"{st.st_dev}:{st.st_ino}"
+        except FileNotFoundError:
+            continue  # removed under the listing (a segment the broker deleted): nothing to read
 
 
 def _identity(filesys: fs.FileSystem, path: str) -> str | None:
