@@ -14,6 +14,7 @@ of data that exists (or existed) in a regular segment.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
 import posixpath
 import re
@@ -48,8 +49,16 @@ class RemoteSegment:
 
 def _join(uri: str, path: str) -> str:
     """Rebuild a URI for a path returned by a filesystem listing."""
+    return _scheme(uri) + path
+
+
+@functools.lru_cache(maxsize=64)
+def _scheme(uri: str) -> str:
+    """``s3://`` for a URI on a store, empty for a local path. Cached: normalising a local path
+    resolves it (a stat per component), and a listing joins two URIs per segment (at 10M
+    records 0.4 s of an increment)."""
     scheme, sep, _ = _normalise(uri).partition("://")
-    return f"{scheme}://{path}" if sep else path
+    return f"{scheme}://" if sep else ""
 
 
 def _glob_base(pattern: str) -> str:
