@@ -545,7 +545,7 @@ def test_offset_with_pending_transactional_offsets_is_never_expired() -> None:
         assert (row["deleted"], row["delete_cause"]) == (True, cause)
 
 
-def test_groups_no_event_touches_pass_through_with_the_run_s_clock_and_markers() -> None:
+def test_groups_no_event_touches_pass_through_with_the_run_s_clock_and_markers(monkeypatch) -> None:
     """engine.replay replays only the groups its events touch: a group with no event still has its
     old soft deletes purged by the run's clock, and its pending transactional offsets committed by
     a marker (which names a producer, not a group) — as the whole state's replay does."""
@@ -557,24 +557,41 @@ def test_groups_no_event_touches_pass_through_with_the_run_s_clock_and_markers()
         _ev(1, ge.OFFSET_TOMBSTONE, group_id="gone", topic="t", partition=0, record_type=1),
         _ev(2, ge.COMMIT, group_id="txn", **commit, transactional=True, producer_id=7),
         _ev(3, ge.COMMIT, group_id="other", **commit),
+        _ev(4, ge.COMMIT, group_id="waiting", **commit, transactional=True, producer_id=8),
     ]
     later = 1000 + 10 * minute
     second = [
-        _ev(4, ge.COMMIT, group_id="other", **(commit | {"committed_offset": 9}), timestamp_ms=later),
-        _ev(5, ge.MARKER, transactional=True, producer_id=7, control_type_id=ge.COMMIT_MARKER, timestamp_ms=later),
+        _ev(5, ge.COMMIT, group_id="other", **(commit | {"committed_offset": 9}), timestamp_ms=later),
+        _ev(6, ge.MARKER, transactional=True, producer_id=7, control_type_id=ge.COMMIT_MARKER, timestamp_ms=later),
     ]
     lakes = []
+    replayed: list[set[str]] = []  # the groups each run's PartitionReplay was given
+    real = ge.PartitionReplay
+
+    class Spy(real):  # type: ignore[misc,valid-type]
+        def __init__(self, inp, *args, **kwargs):
+            tables = (inp.events, inp.offsets, inp.pending)
+            replayed.append({g for t in tables if t is not None for g in t.column("group_id").to_pylist() if g})
+            super().__init__(inp, *args, **kwargs)
+
+    monkeypatch.setattr(ge, "PartitionReplay", Spy)
     for replay in (None, ge.replay):
         lake = Lake()
         lake.run(0, first, soft_delete_ms=minute, replay=replay)
         out = lake.run(0, second, soft_delete_ms=minute, replay=replay)
         offsets = {r["group_id"]: (r["committed_offset"], r["deleted"]) for r in lake.rows("current_offsets")}
-        lakes.append((offsets, out.purged, out.changed, sorted(map(str, lake.rows("current_groups")))))
+        pending = sorted((r["group_id"], r["producer_id"]) for r in lake.rows("pending_transactions"))
+        lakes.append((offsets, pending, out.purged, out.changed, sorted(map(str, lake.rows("current_groups")))))
     assert lakes[0] == lakes[1]
-    offsets, purged, changed, _ = lakes[1]
-    # "gone"'s soft delete is 10 minutes old: purged; "txn"'s offset committed by the marker
+    offsets, pending, purged, changed, _ = lakes[1]
+    # "gone"'s soft delete is 10 minutes old: purged; "txn"'s offset committed by the marker;
+    # "waiting"'s producer has no marker yet: its offset still pending
     assert offsets == {"txn": (5, False), "other": (9, False)} and purged == 1
+    assert pending == [("waiting", 8)]
     assert changed["current_offsets"] and changed["pending_transactions"]
+    # the whole state's replay saw every group; engine.replay the event's group and the marker's,
+    # not "waiting", whose producer no marker of the run names
+    assert replayed[1] == {"gone", "txn", "other", "waiting"} and replayed[3] == {"txn", "other"}
 
 
 def test_event_columns_match_the_gold_declarations() -> None:
