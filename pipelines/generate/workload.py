@@ -103,6 +103,7 @@ class Workload:
         n_groups = max(12, records // 400)
         self.topics = {f"topic-{i}": self.rng.randint(1, 6) for i in range(max(4, n_groups // 3))}
         self.topic_ids = {t: P.uuid_to_str(self.rng.randbytes(16)) for t in self.topics}
+        self.regex_topics = sorted(t for t in self.topics if REGEX_PATTERN.fullmatch(t))  # what REGEX resolves to
         kinds = ["classic"] * 10 + ["standalone"] * 3 + ["connect"] + ["consumer"] * 4 + ["share", "streams"]
         self.groups = [self._new_group(i, self.rng.choice(kinds)) for i in range(n_groups)]
         # every run has a share and a streams group (the last groups take the kinds no group drew)
@@ -113,19 +114,12 @@ class Workload:
         # open transactions: (partition, producer id) -> (group, {(topic, partition): offset}, begin sequence)
         self.open_txns: dict[tuple[int, int], tuple[Group, dict[tuple[str, int], int], int]] = {}
         self.seq = 0  # operation sequence number: orders plain commits against transactions
-        self._resolved: list[str] | None = None  # the topics REGEX matches
 
     # -- helpers --------------------------------------------------------------------------------
     def _new_group(self, i: int, kind: str) -> Group:
         names = self.rng.sample(sorted(self.topics), self.rng.randint(1, min(3, len(self.topics))))
         regex = REGEX if kind == "consumer" and i % 3 == 0 else None
         return Group(f"{kind}-group-{i}", kind, {t: self.topics[t] for t in names}, regex)
-
-    def _regex_topics(self) -> list[str]:
-        """The topics :data:`REGEX` matches (the topics never change: resolved once)."""
-        if self._resolved is None:
-            self._resolved = sorted(t for t in self.topics if REGEX_PATTERN.fullmatch(t))
-        return self._resolved
 
     def era(self) -> Era:
         frac = self.written / max(1, self.target)
@@ -458,7 +452,7 @@ class Workload:
         meta = {"epoch": g.epoch, "metadata_hash": self.rng.randrange(1 << 62) if era.at_least_41 else 0}
         items.append((encode_key(ids["meta"], {"group_id": g.name}), encode_value(ids["meta"], 0, meta)))
         if g.regex and g.epoch == 1:
-            resolved = self._regex_topics()
+            resolved = self.regex_topics
             items.append(
                 (
                     encode_key(16, {"group_id": g.name, "regular_expression": g.regex}),
