@@ -33,7 +33,7 @@ def real_dir() -> Path:
     return real_segments_dir()
 
 
-# The longest modules of the xdist tiers (measured, docs/testing.md), longest first. xdist hands
+# The longest modules of each tier (measured, docs/testing.md), longest first. xdist hands
 # whole modules to workers in collection order (scripts/test: --no-loadscope-reorder); starting
 # the long ones first keeps one worker from being left with a long module at the end while the
 # other idles. Builds shared between modules (tests/support/build_once.py) are made by whichever
@@ -65,6 +65,12 @@ _LONGEST_FIRST = (
     "test_silver_quarantine",
     "test_silver_real",
     "test_analyst_guide",
+    # unit: the modules over 14 s on one worker (of 192 s in all)
+    "test_gold_engine",
+    "test_lease",
+    "test_gold_buckets",
+    "test_share_streams",
+    "test_roundtrip",
 )
 
 _TIER_DIRS = {"spark": "spark", "kafka": "kafka", "kafkatools": "kafkatools", "e2e": "e2e", "long": "long"}
