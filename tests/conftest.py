@@ -33,7 +33,7 @@ def real_dir() -> Path:
     return real_segments_dir()
 
 
-# The longest modules of each tier (measured, docs/testing.md), longest first. xdist hands
+# The longest modules of the xdist tiers (unit, spark, e2e; measured), longest first. xdist hands
 # whole modules to workers in collection order (scripts/test: --no-loadscope-reorder); starting
 # the long ones first keeps one worker from being left with a long module at the end while the
 # other idles. Builds shared between modules (tests/support/build_once.py) are made by whichever
