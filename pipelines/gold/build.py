@@ -570,7 +570,9 @@ def _output_batch(
     # the progress rows always as IPC: the listing reads them (:func:`_progress_of`)
     inline = [held is None or p[0] == PROGRESS_TABLE for p in pieces]
     data = [blobs.ipc(p[2]) if ipc else held.put(p[2]) for p, ipc in zip(pieces, inline, strict=True)]
-    sizes = [len(d) if ipc else p[2].nbytes for p, d, ipc in zip(pieces, data, inline, strict=True)]
+    # a held table's size only informs (the driver writes it whatever its bytes, :func:`_write`):
+    # its buffers' total, not ``nbytes``, which walks every slice of the passed-through state rows
+    sizes = [len(d) if ipc else p[2].get_total_buffer_size() for p, d, ipc in zip(pieces, data, inline, strict=True)]
     return pa.RecordBatch.from_pydict(
         {
             "cluster": pa.array([cluster] * n, pa.string()),
@@ -593,13 +595,14 @@ def _with_partition(rows: pa.Table, cluster: str, part: int, table: str, schema:
     cols = []
     for f in schema:
         if f.name == "cluster":
-            cols.append(pa.array([cluster] * n, f.type))
+            cols.append(pa.repeat(pa.scalar(cluster, f.type), n))
         elif f.name == "offsets_partition":
-            cols.append(pa.array([part] * n, f.type))
+            cols.append(pa.repeat(pa.scalar(part, f.type), n))
         elif f.name == CURRENT_FLAG:  # the interval is open: its end is null
             cols.append(pc.is_null(rows.column(INTERVALS[table])))
         else:
-            cols.append(rows.column(f.name).cast(f.type))
+            col = rows.column(f.name)
+            cols.append(col if col.type == f.type else col.cast(f.type))
     return pa.Table.from_arrays(cols, schema=schema)
 
 

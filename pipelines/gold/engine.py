@@ -231,7 +231,7 @@ def replay(
     events = inp.events
     ids = [events.column("group_id")]
     if inp.pending is not None and inp.pending.num_rows:
-        ended = events.filter(pc.equal(events.column("kind"), MARKER)).column("producer_id")
+        ended = events.column("producer_id").filter(pc.equal(events.column("kind"), MARKER))
         ids.append(inp.pending.filter(pc.is_in(inp.pending.column("producer_id"), ended)).column("group_id"))
     chunks = [chunk.cast(pa.string()) for column in ids for chunk in column.chunks]
     touched = pc.unique(pa.chunked_array(chunks, pa.string()).drop_null())
