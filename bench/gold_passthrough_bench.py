@@ -30,8 +30,8 @@ from deltalake.exceptions import TableNotFoundError
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pipelines.gold.build import CURRENT_FLAG, INTERVALS, _with_partition  # noqa: E402
-from pipelines.gold.engine import STATE_TABLES  # noqa: E402
+from pipelines.gold.build import CURRENT_FLAG, INTERVALS, split_intervals, with_partition  # noqa: E402
+from pipelines.gold.engine import STATE_TABLES, split_groups  # noqa: E402
 from pipelines.gold.handles import concat_all  # noqa: E402
 
 PARTITION_COLUMNS = ("cluster", "offsets_partition", CURRENT_FLAG)
@@ -91,8 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     def split_off() -> None:  # engine.replay: the touched groups' rows, and the rest
         split.clear()
         for table, schema, part, rows, touched in slices:
-            inside = pc.is_in(rows.column("group_id"), touched)
-            split.append((table, schema, part, rows.filter(inside), rows.filter(pc.invert(inside))))
+            split.append((table, schema, part, *split_groups(rows, touched)))
 
     def concatenated() -> list[tuple[str, pa.Schema, int, pa.Table]]:
         # the replay's rows (here the touched groups' own, unchanged) and the passed-through ones
@@ -100,18 +99,17 @@ def main(argv: list[str] | None = None) -> int:
 
     split_off()
     outputs = concatenated()
-    with_columns = [(t, _with_partition(rows, "bench", p, t, s)) for t, s, p, rows in outputs]
+    with_columns = [(t, with_partition(rows, "bench", p, t, s)) for t, s, p, rows in outputs]
 
     def open_closed() -> None:  # build.replayed: an interval table's output by its end column
         for table, rows in with_columns:
             if table in INTERVALS:
-                open_ = pc.is_null(rows.column(INTERVALS[table]))
-                rows.filter(pc.invert(open_)), rows.filter(open_)
+                split_intervals(rows, table)
 
     steps = {
         "split touched / passed through": split_off,
         "concatenate": concatenated,
-        "partition columns (_with_partition)": lambda: [_with_partition(r, "bench", p, t, s) for t, s, p, r in outputs],
+        "partition columns (with_partition)": lambda: [with_partition(r, "bench", p, t, s) for t, s, p, r in outputs],
         "closed / open intervals": open_closed,
         "size by nbytes": lambda: [rows.nbytes for _, rows in with_columns],
         "size by buffers": lambda: [rows.get_total_buffer_size() for _, rows in with_columns],

@@ -70,7 +70,7 @@ from pipelines.silver.topics import fill_topic_names, fill_topic_names_arrow, to
 if TYPE_CHECKING:
     from pipelines.runtime.config import KafkaSource
 
-__all__ = ["GOLD_TABLES", "GoldResult", "run_gold"]
+__all__ = ["GOLD_TABLES", "GoldResult", "run_gold", "split_intervals", "with_partition"]
 
 log = logging.getLogger("offsets_lakehouse")
 
@@ -497,12 +497,12 @@ def _replay_function(
         full = applied is None
         parts: list[tuple[str, str, pa.Table, bool]] = []
         for table, schema in schemas.items():
-            rows = _with_partition(out.tables[table], cluster, part, table, schema)
+            rows = with_partition(out.tables[table], cluster, part, table, schema)
             changed = full or out.changed.get(table, True)
             if table in INTERVALS:
-                open_ = pc.is_null(rows.column(INTERVALS[table]))
-                parts.append((table, CLOSED, rows.filter(pc.invert(open_)), changed))
-                parts.append((table, OPEN, rows.filter(open_), changed))
+                closed, open_ = split_intervals(rows, table)
+                parts.append((table, CLOSED, closed, changed))
+                parts.append((table, OPEN, open_, changed))
             else:
                 parts.append((table, ALL, rows, changed))
         done = pa.table(
@@ -589,7 +589,7 @@ def _output_batch(
     )
 
 
-def _with_partition(rows: pa.Table, cluster: str, part: int, table: str, schema: pa.Schema) -> pa.Table:
+def with_partition(rows: pa.Table, cluster: str, part: int, table: str, schema: pa.Schema) -> pa.Table:
     """A gold table's rows of one partition in its declared columns and types."""
     n = rows.num_rows
     cols = []
@@ -604,6 +604,12 @@ def _with_partition(rows: pa.Table, cluster: str, part: int, table: str, schema:
             col = rows.column(f.name)
             cols.append(col if col.type == f.type else col.cast(f.type))
     return pa.Table.from_arrays(cols, schema=schema)
+
+
+def split_intervals(rows: pa.Table, table: str) -> tuple[pa.Table, pa.Table]:
+    """An interval table's rows: the closed intervals, and the open ones (the end column null)."""
+    open_ = pc.is_null(rows.column(INTERVALS[table]))
+    return rows.filter(pc.invert(open_)), rows.filter(open_)
 
 
 def _rows(out: Output, columns: list[str], table: str | None = None) -> list[dict[str, Any]]:

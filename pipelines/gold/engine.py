@@ -59,6 +59,7 @@ __all__ = [
     "event_schema",
     "purge_soft_deletes",
     "replay",
+    "split_groups",
 ]
 
 DEFAULT_RETENTION_MS = 7 * 24 * 3600 * 1000  # offsets.retention.minutes' default, for the expiry cause
@@ -209,6 +210,12 @@ STATE_TABLES = {
 }  # fmt: skip
 
 
+def split_groups(rows: pa.Table, groups: pa.Array) -> tuple[pa.Table, pa.Table]:
+    """``rows`` of the ``groups``, and the rest (what :func:`replay` passes through)."""
+    inside = pc.is_in(rows.column("group_id"), groups)
+    return rows.filter(inside), rows.filter(pc.invert(inside))
+
+
 def replay(
     inp: PartitionInput,
     run_id: str,
@@ -241,8 +248,7 @@ def replay(
         if rows_ is None:
             mine[name] = None
             continue
-        inside = pc.is_in(rows_.column("group_id"), touched)
-        mine[name], rest[name] = rows_.filter(inside), rows_.filter(pc.invert(inside))
+        mine[name], rest[name] = split_groups(rows_, touched)
     out = PartitionReplay(dataclasses.replace(inp, **mine), run_id, retention_ms, soft_delete_retention_ms).run()
     for name, passed in rest.items():
         table = STATE_TABLES[name]

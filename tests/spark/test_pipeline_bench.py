@@ -92,6 +92,6 @@ def test_pipeline_bench_smoke(session_conf_restored, tmp_path, capsys) -> None:
     assert 0 < passed < total, header
     steps = dict(re.findall(r"^\| ([^|]+) \| ([\d.]+) \|$", printed, re.M))
     assert set(steps) == {
-        "split touched / passed through", "concatenate", "partition columns (_with_partition)",
+        "split touched / passed through", "concatenate", "partition columns (with_partition)",
         "closed / open intervals", "size by nbytes", "size by buffers",
     }, printed  # fmt: skip
