@@ -594,6 +594,109 @@ def test_groups_no_event_touches_pass_through_with_the_run_s_clock_and_markers(m
     assert replayed[1] == {"gone", "txn", "other", "waiting"} and replayed[3] == {"txn", "other"}
 
 
+def test_a_group_of_plain_commits_is_replayed_by_key(monkeypatch) -> None:
+    """engine.replay restores, of a group whose events are all non-transactional commits, only the
+    keys they name (its other offsets pass through); a group with any other event in its batch, or
+    a transactional commit, is replayed whole. The tables equal the whole state's replay's."""
+    commit = {"record_type": 1, "committed_offset": 5, "leader_epoch": -1, "metadata": "",
+              "commit_timestamp": 1000, "expire_timestamp": -1}  # fmt: skip
+    first = [_ev(i, ge.COMMIT, group_id="big", topic="t", partition=i, **commit) for i in range(10)]
+    first += [
+        _ev(10, ge.COMMIT, group_id="txn", topic="t", partition=0, **commit, transactional=True, producer_id=7),
+        _ev(11, ge.COMMIT, group_id="txn", topic="t", partition=1, **commit, transactional=True, producer_id=7),
+        _ev(12, ge.COMMIT, group_id="mixed", topic="t", partition=0, **commit),
+        _ev(13, ge.COMMIT, group_id="mixed", topic="t", partition=1, **commit),
+        _ev(14, ge.COMMIT, group_id="gone", topic="t", partition=0, **commit),
+    ]
+    later = dict(commit, committed_offset=9)
+    second = [
+        _ev(20, ge.COMMIT, group_id="big", topic="t", partition=3, **later),
+        # the same producer's next offset for a key it already has waiting: one pending row
+        _ev(21, ge.COMMIT, group_id="txn", topic="t", partition=0, **later, transactional=True, producer_id=7),
+        # a plain commit in a batch with a tombstone: its group is replayed whole
+        _ev(22, ge.COMMIT, group_id="mixed", topic="t", partition=0, **later),
+        _ev(23, ge.OFFSET_TOMBSTONE, group_id="gone", topic="t", partition=0, record_type=1, batch_id=22),
+    ]
+    restored: list[dict[str, int]] = []  # per run, offsets rows per group the PartitionReplay was given
+    waiting: list[int] = []  # and pending rows
+    real = ge.PartitionReplay
+
+    class Spy(real):  # type: ignore[misc,valid-type]
+        def __init__(self, inp, *args, **kwargs):
+            groups = [] if inp.offsets is None else inp.offsets.column("group_id").to_pylist()
+            restored.append({g: groups.count(g) for g in set(groups)})
+            waiting.append(0 if inp.pending is None else inp.pending.num_rows)
+            super().__init__(inp, *args, **kwargs)
+
+    monkeypatch.setattr(ge, "PartitionReplay", Spy)
+    tables = []
+    for replay in (None, ge.replay):
+        lake = Lake()
+        lake.run(0, first, replay=replay)
+        out = lake.run(0, second, replay=replay)
+        tables.append(({name: sorted(map(str, lake.rows(name))) for name in lake.tables}, out.changed, out.events))
+    assert tables[0] == tables[1]
+    # the whole replay restored every key; engine.replay one of big's ten, every key of the others
+    assert restored[1] == {"big": 10, "mixed": 2, "gone": 1}
+    assert restored[3] == {"big": 1, "mixed": 2, "gone": 1} and waiting[1::2] == [2, 2]
+    pending = sorted((r["group_id"], r["partition"], r["committed_offset"]) for r in lake.rows("pending_transactions"))
+    assert pending == [("txn", 0, 9), ("txn", 1, 5)]
+    offsets = {
+        (r["group_id"], r["partition"]): (r["committed_offset"], r["deleted"]) for r in lake.rows("current_offsets")
+    }
+    assert len(offsets) == 13 and offsets[("big", 3)] == (9, False) and offsets[("big", 4)] == (5, False)
+    assert offsets[("mixed", 0)] == (9, False) and offsets[("gone", 0)] == (5, True)
+
+
+def test_a_marker_replays_its_groups_by_key(monkeypatch) -> None:
+    """A marker's groups with no other event are replayed by key: given their pending offsets, the
+    rows of those offsets' keys and the count of their other live keys, which keeps an
+    offsets-only group whose transaction aborted (it still has live offsets) and ends one left
+    with nothing. The tables equal the whole state's replay's."""
+    commit = {"topic": "t", "record_type": 1, "committed_offset": 5, "leader_epoch": -1, "metadata": "",
+              "commit_timestamp": 1000, "expire_timestamp": -1}  # fmt: skip
+    txn = {"transactional": True}
+    first = [
+        _ev(0, ge.COMMIT, group_id="solo", partition=0, **commit),
+        _ev(1, ge.COMMIT, group_id="solo", partition=1, **commit),
+        _ev(2, ge.COMMIT, group_id="solo", partition=2, **commit, **txn, producer_id=7),
+        _ev(3, ge.COMMIT, group_id="lonely", partition=0, **commit, **txn, producer_id=8),
+        _ev(4, ge.COMMIT, group_id="kept", partition=0, **commit),
+        _ev(5, ge.COMMIT, group_id="kept", partition=1, **(commit | {"committed_offset": 0})),
+        _ev(6, ge.COMMIT, group_id="kept", partition=1, **(commit | {"committed_offset": 1}), **txn, producer_id=9),
+    ]
+    second = [
+        _ev(7, ge.MARKER, **txn, producer_id=7, control_type_id=0),  # ABORT
+        _ev(8, ge.MARKER, **txn, producer_id=8, control_type_id=0),
+        _ev(9, ge.MARKER, **txn, producer_id=9, control_type_id=ge.COMMIT_MARKER),
+    ]
+    given: list[tuple[dict[str, int], dict[str, int] | None]] = []
+    real = ge.PartitionReplay
+
+    class Spy(real):  # type: ignore[misc,valid-type]
+        def __init__(self, inp, *args, **kwargs):
+            groups = [] if inp.offsets is None else inp.offsets.column("group_id").to_pylist()
+            given.append(({g: groups.count(g) for g in set(groups)}, inp.live_elsewhere))
+            super().__init__(inp, *args, **kwargs)
+
+    monkeypatch.setattr(ge, "PartitionReplay", Spy)
+    tables = []
+    for replay in (None, ge.replay):
+        lake = Lake()
+        lake.run(0, first, replay=replay)
+        out = lake.run(0, second, replay=replay)
+        tables.append(({name: sorted(map(str, lake.rows(name))) for name in lake.tables}, out.changed))
+    assert tables[0] == tables[1]
+    # solo: its pending key has no offsets row, its two live keys are counted, not given; kept: the
+    # row of its pending key is given (the marker's offset is later: it applies), the other counted
+    assert given[3] == ({"kept": 1}, {"solo": 2, "kept": 1})
+    groups = {r["group_id"]: (r["deleted"], r["delete_cause"]) for r in lake.rows("current_groups")}
+    assert groups == {"solo": (False, None), "lonely": (True, "transaction_aborted"), "kept": (False, None)}
+    assert lake.rows("pending_transactions") == []
+    offsets = {(r["group_id"], r["partition"]): r["committed_offset"] for r in lake.rows("current_offsets")}
+    assert offsets == {("solo", 0): 5, ("solo", 1): 5, ("kept", 0): 5, ("kept", 1): 1}
+
+
 def test_event_columns_match_the_gold_declarations() -> None:
     """The event frame's value columns have the types of the gold columns they are written to."""
     from pipelines.runtime.ddl import arrow_type
