@@ -22,13 +22,21 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def generated(
-    records: int, seed: int, prefix: str = "codec", segment_bytes: int | None = None, skew: Skew | None = None
+    records: int,
+    seed: int,
+    prefix: str = "codec",
+    segment_bytes: int | None = None,
+    skew: Skew | None = None,
+    open_transactions: bool = False,
 ) -> Path:
     """The generator's log of ``records`` records, generated once and cached under var/bench/
-    (``skew``: a skewed log, pipelines/generate/skew.py; ``prefix`` must then name the skew)."""
+    (``skew``: a skewed log, pipelines/generate/skew.py; ``prefix`` must then name the skew;
+    ``open_transactions``: the log ends with its transactions open, ``generate``'s
+    ``close_transactions=False``)."""
     from pipelines.generate import generate
 
-    out = REPO / "var" / "bench" / f"{prefix}-{records}-s{seed}"
+    name = f"{prefix}-{records}-s{seed}" + ("-open" if open_transactions else "")
+    out = REPO / "var" / "bench" / name
     manifest = out / "generator-manifest.json"
     stamp = out / "bench-cache.json"  # which generator wrote the cached log
     cached = json.loads(manifest.read_text()) if manifest.exists() else None
@@ -39,6 +47,8 @@ def generated(
         extra: dict[str, Any] = {} if segment_bytes is None else {"segment_bytes": segment_bytes}
         if skew is not None:
             extra["skew"] = skew
+        if open_transactions:
+            extra["close_transactions"] = False
         generate(out, records, seed=seed, overwrite=True, **extra)
         stamp.write_text(json.dumps({"generator": version}))
         print(f"generated {records} records in {time.perf_counter() - t:.0f} s", file=sys.stderr)

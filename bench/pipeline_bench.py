@@ -347,6 +347,7 @@ def print_report(result: dict[str, Any]) -> None:
         f"increment {inc['records']:,} records = {inc['percent']} % ({inc['grown_segments']} active segments grown, "
         f"{inc['new_segments']} new segments); Spark {result['spark_version']}, master {result['master']}, "
         f"{result['cores']} cores; Spark start {result['spark_start_s']} s (not counted)"
+        + ("; the log ends with its transactions open" if result.get("open_transactions") else "")
     )
     if result.get("constants_set"):
         print(f"constants set for this run (an experiment): {', '.join(result['constants_set'])}")
@@ -394,6 +395,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--increment-percent", type=float, default=1.0, help="share of the records held back, in %%")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--segment-bytes", type=int, default=SEGMENT_BYTES, help="segment size of the generated log")
+    ap.add_argument(
+        "--open-transactions",
+        action="store_true",
+        help="a log that ends with its transactions open, as a live cluster's does: the increment is then "
+        "ordinary traffic, not the generator's closing of every open transaction (cached apart)",
+    )
     ap.add_argument("--quality", action="store_true", help="run the quality stage (all suites) after gold too")
     ap.add_argument("--master", help="Spark master (default: jobs.yaml's)")
     ap.add_argument(
@@ -436,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
         _set_constant(ap, item)
 
     prefix = CACHE_PREFIX if args.segment_bytes == SEGMENT_BYTES else f"pipeline-seg{args.segment_bytes}"
-    logs = generated(args.records, args.seed, prefix, segment_bytes=args.segment_bytes)
+    logs = generated(args.records, args.seed, prefix, args.segment_bytes, open_transactions=args.open_transactions)
     # absolute: jobs.yaml, written inside it, resolves its relative paths against its own directory
     work = args.workdir.resolve() if args.workdir else Path(tempfile.mkdtemp(prefix="pipeline-bench-"))
     try:
@@ -499,6 +506,7 @@ def _bench(args: argparse.Namespace, conf: dict[str, str], logs: Path, work: Pat
         "records": split.records,
         "seed": args.seed,
         "segment_bytes": args.segment_bytes,
+        "open_transactions": args.open_transactions,
         "increment": {
             "records": split.held_back,
             "percent": round(split.percent, 2),
@@ -585,6 +593,8 @@ class InitialSnapshot:
 def _initial_snapshot(args: argparse.Namespace, work: Path, split: Split) -> InitialSnapshot:
     stamp = {"records": split.records, "held_back": split.held_back, "seed": args.seed,
              "segment_bytes": args.segment_bytes, "quality": args.quality}  # fmt: skip
+    if args.open_transactions:  # only then: a lakehouse kept by earlier code stays reusable
+        stamp["open_transactions"] = True
     return InitialSnapshot(work / "initial-lakehouse", stamp)
 
 

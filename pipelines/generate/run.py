@@ -50,7 +50,14 @@ def generate(
     progress: Callable[[int], None] | None = None,
     overwrite: bool = False,
     skew: Skew | None = None,
+    close_transactions: bool = True,
 ) -> GenerateResult:
+    """Write a generated log of about ``records`` records to ``out``, with its expected state.
+
+    ``close_transactions``: when the records run out, resolve every transaction still open but
+    one (which hangs). False leaves them all open, as a live cluster's log is at any instant: its
+    tail is then ordinary traffic, where closing them puts a marker per open transaction at the
+    end (at 30M records 27k markers, a quarter of the last 100k records)."""
     out = Path(out)
     if out.exists() and any(out.iterdir()):
         if not overwrite:
@@ -87,7 +94,8 @@ def generate(
         while wl.written < records:
             write(wl.step())
             snapshots.maybe_take()
-        write(wl.close_open_transactions(leave_open=1))
+        if close_transactions:
+            write(wl.close_open_transactions(leave_open=1))
         snapshots.take()  # the last one: after every commit, what current_lag is computed from
     for w in writers:
         w.close()
@@ -116,6 +124,8 @@ def generate(
         "segments": segments,
         "records_per_partition": {str(w.partition): w.records for w in writers},
     }
+    if not close_transactions:  # only then: a default manifest stays byte for byte what it was
+        manifest["open_transactions_at_end"] = True
     if isinstance(wl, SkewedWorkload):  # only then: an unskewed manifest stays byte for byte what it was
         manifest["skew"] = wl.report()
     (out / "generator-manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True))

@@ -70,6 +70,28 @@ def test_deterministic(tmp_path: Path) -> None:
     assert (a / "expected-state.json").read_bytes() != (c / "expected-state.json").read_bytes()
 
 
+def test_a_log_can_end_with_its_transactions_open(generated: Path, tmp_path: Path) -> None:
+    """``close_transactions=False``: the same log without its closing markers (one COMMIT or ABORT
+    batch per open transaction at the end), so its tail is ordinary traffic; those transactions'
+    offsets stay pending in its expected state."""
+    out = tmp_path / "open"
+    result = generate(out, 30_000, seed=8, segment_bytes=128 * 1024, close_transactions=False)
+    closing = json.loads((generated / "generator-manifest.json").read_text())
+    manifest = json.loads((out / "generator-manifest.json").read_text())
+    assert manifest.pop("open_transactions_at_end") is True and "open_transactions_at_end" not in closing
+    closed = closing["coordinator_writes"] - manifest["coordinator_writes"]  # the closing marker batches
+    with gzip.open(generated / "generator-events.jsonl.gz", "rt") as f:
+        events = [json.loads(line) for line in f]
+    tail = events[len(events) - closed :]
+    assert closed > 1 and {e["event"] for e in tail} <= {"txn_commit", "txn_abort"}
+    # every partition's log is the closing log's up to its closing markers, byte for byte
+    for seg in sorted(out.glob("__consumer_offsets-*/*.log")):
+        mine, theirs = seg.read_bytes(), (generated / seg.relative_to(out)).read_bytes()
+        assert theirs.startswith(mine), seg
+    pending = json.loads((generated / "expected-state.json").read_text())["pending_transactions"]
+    assert result.pending_transactions > len(pending)
+
+
 def test_features_present(generated: Path) -> None:
     c = census(generated)
     assert c["records"] >= 30_000 and c["misplaced"] == 0
