@@ -239,6 +239,12 @@ def split_keys(rows: pa.Table, whole: pa.Array, groups: pa.Array, keys: pa.Array
     return rows.filter(mask), rows.filter(pc.invert(mask))
 
 
+def plain_commits(events: pa.Table) -> pa.ChunkedArray:
+    """Per event, whether it is a non-transactional commit: a batch of only those takes the
+    replay's short path (:meth:`PartitionReplay._commits`), and its groups are replayed by key."""
+    return pc.and_not(pc.equal(events.column("kind"), COMMIT), pc.fill_null(events.column("transactional"), False))
+
+
 def _unique(columns: list[pa.ChunkedArray | pa.Array]) -> pa.Array:
     chunks = [c.cast(pa.string()) for column in columns for c in getattr(column, "chunks", [column])]
     return pc.unique(pa.chunked_array(chunks, pa.string()).drop_null())
@@ -273,7 +279,7 @@ def replay(
     if inp.applied_offset is None or not any(t is not None and t.num_rows for t in state.values()):
         return PartitionReplay(inp, run_id, retention_ms, soft_delete_retention_ms).run()
     events = inp.events
-    plain = pc.and_not(pc.equal(events.column("kind"), COMMIT), pc.fill_null(events.column("transactional"), False))
+    plain = plain_commits(events)
     mixed = pc.is_in(events.column("batch_id"), pc.unique(events.column("batch_id").filter(pc.invert(plain))))
     whole = _unique([events.column("group_id").filter(mixed)])
     commits = events.filter(pc.invert(mixed))
@@ -508,10 +514,7 @@ class PartitionReplay:
             )
         # batch boundaries, and which batches hold only non-transactional commits (most of a log):
         # those take the short path
-        plain = np.cumsum(
-            np.concatenate([[0], pc.and_not(pc.equal(ev.column("kind"), COMMIT), pc.fill_null(
-                ev.column("transactional"), False)).to_numpy(zero_copy_only=False)])
-        )  # fmt: skip
+        plain = np.cumsum(np.concatenate([[0], plain_commits(ev).to_numpy(zero_copy_only=False)]))
         ids = np.asarray(ev.column("batch_id").to_numpy(zero_copy_only=False))
         starts = [0, *(np.flatnonzero(ids[1:] != ids[:-1]) + 1).tolist(), n] if n else [0]
         for i, j in itertools.pairwise(starts):

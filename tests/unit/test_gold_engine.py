@@ -594,6 +594,33 @@ def test_groups_no_event_touches_pass_through_with_the_run_s_clock_and_markers(m
     assert replayed[1] == {"gone", "txn", "other", "waiting"} and replayed[3] == {"txn", "other"}
 
 
+def _replayed_both_ways(monkeypatch, first: list[dict], second: list[dict]) -> tuple[list, Lake, list]:
+    """Two runs (``first``, then ``second``) by the whole state's replay and by engine.replay: per
+    way the tables, changed flags and events of the second run; engine.replay's Lake; the input of
+    every PartitionReplay made (two per way)."""
+    inputs: list[ge.PartitionInput] = []
+    real = ge.PartitionReplay
+
+    class Spy(real):  # type: ignore[misc,valid-type]
+        def __init__(self, inp, *args, **kwargs):
+            inputs.append(inp)
+            super().__init__(inp, *args, **kwargs)
+
+    monkeypatch.setattr(ge, "PartitionReplay", Spy)
+    out = []
+    for replay in (None, ge.replay):
+        lake = Lake()
+        lake.run(0, first, replay=replay)
+        done = lake.run(0, second, replay=replay)
+        out.append(({name: sorted(map(str, lake.rows(name))) for name in lake.tables}, done.changed, done.events))
+    return out, lake, inputs
+
+
+def _offsets_per_group(inp: ge.PartitionInput) -> dict[str, int]:
+    groups = [] if inp.offsets is None else inp.offsets.column("group_id").to_pylist()
+    return {g: groups.count(g) for g in set(groups)}
+
+
 def test_a_group_of_plain_commits_is_replayed_by_key(monkeypatch) -> None:
     """engine.replay restores, of a group whose events are all non-transactional commits, only the
     keys they name (its other offsets pass through); a group with any other event in its batch, or
@@ -617,25 +644,10 @@ def test_a_group_of_plain_commits_is_replayed_by_key(monkeypatch) -> None:
         _ev(22, ge.COMMIT, group_id="mixed", topic="t", partition=0, **later),
         _ev(23, ge.OFFSET_TOMBSTONE, group_id="gone", topic="t", partition=0, record_type=1, batch_id=22),
     ]
-    restored: list[dict[str, int]] = []  # per run, offsets rows per group the PartitionReplay was given
-    waiting: list[int] = []  # and pending rows
-    real = ge.PartitionReplay
-
-    class Spy(real):  # type: ignore[misc,valid-type]
-        def __init__(self, inp, *args, **kwargs):
-            groups = [] if inp.offsets is None else inp.offsets.column("group_id").to_pylist()
-            restored.append({g: groups.count(g) for g in set(groups)})
-            waiting.append(0 if inp.pending is None else inp.pending.num_rows)
-            super().__init__(inp, *args, **kwargs)
-
-    monkeypatch.setattr(ge, "PartitionReplay", Spy)
-    tables = []
-    for replay in (None, ge.replay):
-        lake = Lake()
-        lake.run(0, first, replay=replay)
-        out = lake.run(0, second, replay=replay)
-        tables.append(({name: sorted(map(str, lake.rows(name))) for name in lake.tables}, out.changed, out.events))
+    tables, lake, given = _replayed_both_ways(monkeypatch, first, second)
     assert tables[0] == tables[1]
+    restored = [_offsets_per_group(inp) for inp in given]
+    waiting = [0 if inp.pending is None else inp.pending.num_rows for inp in given]
     # the whole replay restored every key; engine.replay one of big's ten, every key of the others
     assert restored[1] == {"big": 10, "mixed": 2, "gone": 1}
     assert restored[3] == {"big": 1, "mixed": 2, "gone": 1} and waiting[1::2] == [2, 2]
@@ -670,23 +682,9 @@ def test_a_marker_replays_its_groups_by_key(monkeypatch) -> None:
         _ev(8, ge.MARKER, **txn, producer_id=8, control_type_id=0),
         _ev(9, ge.MARKER, **txn, producer_id=9, control_type_id=ge.COMMIT_MARKER),
     ]
-    given: list[tuple[dict[str, int], dict[str, int] | None]] = []
-    real = ge.PartitionReplay
-
-    class Spy(real):  # type: ignore[misc,valid-type]
-        def __init__(self, inp, *args, **kwargs):
-            groups = [] if inp.offsets is None else inp.offsets.column("group_id").to_pylist()
-            given.append(({g: groups.count(g) for g in set(groups)}, inp.live_elsewhere))
-            super().__init__(inp, *args, **kwargs)
-
-    monkeypatch.setattr(ge, "PartitionReplay", Spy)
-    tables = []
-    for replay in (None, ge.replay):
-        lake = Lake()
-        lake.run(0, first, replay=replay)
-        out = lake.run(0, second, replay=replay)
-        tables.append(({name: sorted(map(str, lake.rows(name))) for name in lake.tables}, out.changed))
+    tables, lake, inputs = _replayed_both_ways(monkeypatch, first, second)
     assert tables[0] == tables[1]
+    given = [(_offsets_per_group(inp), inp.live_elsewhere) for inp in inputs]
     # solo: its pending key has no offsets row, its two live keys are counted, not given; kept: the
     # row of its pending key is given (the marker's offset is later: it applies), the other counted
     assert given[3] == ({"kept": 1}, {"solo": 2, "kept": 1})
