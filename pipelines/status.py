@@ -72,7 +72,7 @@ def collect_status(ctx: Context, partitions: bool = False) -> dict[str, Any]:
         # each on a fresh session: 39 s for a small lakehouse), also beside a serve: this process
         # found the serve in the root's files, so it reads the logs too; the tables whose logs it
         # cannot count in one query: one round trip to a serve, one job
-        rows: dict[int, int | None] = {i: lake.row_count(p) for i, (_, p, _) in enumerate(present)}
+        rows: dict[int, int | None] = dict(enumerate(lake.row_counts([p for _, p, _ in present])))
         counted = [(i, name, lt) for i, (name, _, lt) in enumerate(present) if rows[i] is None]
         if counted:
             parts = [table(*lt).select(F.lit(i).alias("i"), F.count("*").alias("n")) for i, _, lt in counted]

@@ -517,6 +517,14 @@ def row_count(path: str, version: int | None = None) -> int | None:
     return None if actions is None else int(pc.sum(actions["num_records"]).as_py() or 0)
 
 
+def row_counts(paths: Sequence[str]) -> list[int | None]:
+    """:func:`row_count` of each table, four at once (each reads a Delta log: a listing and a few
+    objects on a store); delta-rs only, so no Spark thread state to carry (a serve's Spark Connect
+    client has none)."""
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return list(pool.map(row_count, paths))
+
+
 def open_tables(paths: Iterable[str]) -> dict[str, Any]:
     """The delta-rs tables at ``paths`` as they are now (None where there is no table), opened four
     at once (an open reads the log: a listing and a few objects on a store), keyed by their
