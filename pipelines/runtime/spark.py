@@ -24,7 +24,7 @@ from pyspark import SparkConf, SparkContext
 from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
-from pipelines.runtime import jars
+from pipelines.runtime import jars, jvm_archive
 from pipelines.runtime.config import SparkSettings
 from pipelines.runtime.storage import S3Settings, log_store_conf
 
@@ -122,6 +122,8 @@ def build_session(
     jvm_options = conf.get("spark.driver.extraJavaOptions", "")
     if quiet() and "log4j2.configurationFile" not in jvm_options:  # a configuration of the user's wins
         jvm_options = f"-Dlog4j2.configurationFile={QUIET_LOG4J.as_uri()} {jvm_options}"
+    # Spark's classes from the class-data-sharing archive when setup built one (runtime/jvm_archive.py)
+    jvm_options = f"{jvm_options} {jvm_archive.java_options(conf)}"
     conf["spark.driver.extraJavaOptions"] = f"{JVM_LOG_TO_STDERR} {jvm_options}".strip()
     builder = SparkSession.builder.appName(settings.app_name)
     if master and "SPARK_SUBMIT_MASTER" not in os.environ:
