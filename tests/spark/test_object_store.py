@@ -158,7 +158,8 @@ APPENDER = textwrap.dedent("""
     from pipelines.runtime.spark import build_session
     from pipelines.runtime.config import SparkSettings
     from pipelines.runtime.storage import S3Settings
-    spark = build_session(SparkSettings(master="local[1]", conf={"spark.ui.enabled": "false"}),
+    from tests.support.jvm import SHORT_RUN_CONF
+    spark = build_session(SparkSettings(master="local[1]", conf={"spark.ui.enabled": "false", **SHORT_RUN_CONF}),
                           store=S3Settings.resolve({}))
     path, n = sys.argv[1], int(sys.argv[2])
     print("ready", flush=True)
