@@ -26,19 +26,22 @@ def build(force: bool = False) -> Path:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
-    with tempfile.TemporaryDirectory(prefix="jvm-archive-") as work:
-        _run_sample_job(Path(work), f"{jvm_archive.DUMP_OPTION}{partial} {jvm_archive.QUIET_CDS}")
-        gateway = SparkContext._gateway
-        proc = getattr(gateway, "proc", None)
-        SparkContext._active_spark_context.stop()  # type: ignore[union-attr]
-        gateway.shutdown()  # type: ignore[union-attr]
-        if proc is None:
-            raise RuntimeError("the JVM was not started by this process: cannot wait for its archive")
-        proc.stdin.close()  # PySpark's gateway JVM exits when its stdin closes, and dumps then
-        proc.wait(timeout=600)
-    if not partial.is_file():
-        raise RuntimeError(f"the JVM wrote no archive (exit code {proc.returncode})")
-    os.replace(partial, target)  # whole or not at all: readers never see a partial archive
+    try:
+        with tempfile.TemporaryDirectory(prefix="jvm-archive-") as work:
+            _run_sample_job(Path(work), f"{jvm_archive.DUMP_OPTION}{partial} {jvm_archive.QUIET_CDS}")
+            gateway = SparkContext._gateway
+            proc = getattr(gateway, "proc", None)
+            SparkContext._active_spark_context.stop()  # type: ignore[union-attr]
+            gateway.shutdown()  # type: ignore[union-attr]
+            if proc is None:
+                raise RuntimeError("the JVM was not started by this process: cannot wait for its archive")
+            proc.stdin.close()  # PySpark's gateway JVM exits when its stdin closes, and dumps then
+            proc.wait(timeout=600)
+        if not partial.is_file():
+            raise RuntimeError(f"the JVM wrote no archive (exit code {proc.returncode})")
+        os.replace(partial, target)  # whole or not at all: readers never see a partial archive
+    finally:
+        partial.unlink(missing_ok=True)  # a failed build leaves no 190 MB behind
     jvm_archive.keep_newest(target)
     return target
 

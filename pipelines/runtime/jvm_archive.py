@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import time
 from pathlib import Path
 
 from pipelines.runtime import jars
@@ -80,3 +81,7 @@ def keep_newest(kept: Path) -> None:
     for old in sorted(kept.parent.glob("jvm-archive-*.jsa"), key=lambda p: p.stat().st_mtime)[:-KEEP]:
         if old != kept:
             old.unlink(missing_ok=True)
+    # what a killed build's JVM wrote (a live build's file is younger than a day)
+    for partial in kept.parent.glob("jvm-archive-*.partial"):
+        if time.time() - partial.stat().st_mtime > 86400:
+            partial.unlink(missing_ok=True)

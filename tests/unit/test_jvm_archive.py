@@ -73,3 +73,18 @@ def test_without_java_there_is_no_archive(cache: Path, monkeypatch: pytest.Monke
     monkeypatch.setattr(jvm_archive, "_java", lambda: None)
     assert jvm_archive.archive_path() is None
     assert jvm_archive.java_options({}) == ""
+
+
+def test_the_newest_archives_are_kept_and_a_killed_build_s_leftovers_go(tmp_path: Path) -> None:
+    import os
+
+    names = [f"jvm-archive-{i}.jsa" for i in range(5)]
+    for age, name in enumerate(names):  # jvm-archive-0 the newest, jvm-archive-4 the oldest
+        (tmp_path / name).write_bytes(b"a")
+        os.utime(tmp_path / name, (1_000_000 - age, 1_000_000 - age))
+    stale, live = tmp_path / "jvm-archive-9.jsa.1.partial", tmp_path / "jvm-archive-9.jsa.2.partial"
+    stale.write_bytes(b"p")
+    live.write_bytes(b"p")
+    os.utime(stale, (1_000_000, 1_000_000))
+    jvm_archive.keep_newest(tmp_path / names[0])
+    assert sorted(p.name for p in tmp_path.iterdir()) == [*names[: jvm_archive.KEEP], live.name]
