@@ -15,15 +15,10 @@ from pathlib import Path
 from pipelines.runtime import jvm_archive
 
 
-def build(force: bool = False) -> Path:
-    """Build the archive in this process (which must not have started a JVM yet) and return it."""
+def build(target: Path) -> None:
+    """Build the archive ``target`` in this process (which must not have started a JVM yet)."""
     from pyspark import SparkContext
 
-    target = jvm_archive.archive_path()
-    if target is None:
-        raise RuntimeError("no java found (JAVA_HOME or PATH)")
-    if target.is_file() and not force:
-        return target
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
     try:
@@ -43,7 +38,6 @@ def build(force: bool = False) -> Path:
     finally:
         partial.unlink(missing_ok=True)  # a failed build leaves no 190 MB behind
     jvm_archive.keep_newest(target)
-    return target
 
 
 def _run_sample_job(work: Path, dump_options: str) -> None:
@@ -94,14 +88,19 @@ jobs:
 
 def main() -> None:
     """Build the archive unless it is there (``--force``: again); silent when there is nothing to do."""
+    from pipelines.runtime import jars
+
     started = time.monotonic()
-    force = "--force" in sys.argv[1:]
-    existing = jvm_archive.archive_path()
-    if existing is not None and existing.is_file() and not force:
+    target = jvm_archive.archive_path(jars.resolve())
+    if target is None:
+        raise SystemExit("no java found (JAVA_HOME or PATH)")
+    if target.is_file() and "--force" not in sys.argv[1:]:
         return
     logging.getLogger("offsets_lakehouse").setLevel(logging.ERROR)  # the sample job's own report
-    path = build(force=force)
-    print(f"JVM class archive: {path} ({path.stat().st_size >> 20} MiB, built in {time.monotonic() - started:.0f} s)")
+    build(target)
+    print(
+        f"JVM class archive: {target} ({target.stat().st_size >> 20} MiB, built in {time.monotonic() - started:.0f} s)"
+    )
 
 
 if __name__ == "__main__":

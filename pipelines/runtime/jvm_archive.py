@@ -40,27 +40,28 @@ def _java() -> Path | None:
     return Path(found).resolve() if found and Path(found).exists() else None
 
 
-def fingerprint() -> str | None:
+def fingerprint(added_jars: list[Path]) -> str | None:
     """What an archive is valid for: the java build and every jar on the driver's class path or in
-    ``spark.jars`` (name, size, modification time: HotSpot checks the same). None without java."""
+    ``spark.jars`` (``added_jars``, as the session resolved them: name, size, modification time —
+    HotSpot checks the same). None without java."""
     java = _java()
     if java is None:
         return None
     h = hashlib.sha1()
     jvm_files = [java, *sorted(java.parent.parent.glob("lib/server/libjvm.so"))]
-    jar_files = sorted(jars.pyspark_jars_dir().glob("*.jar")) + jars.resolve()
+    jar_files = sorted(jars.pyspark_jars_dir().glob("*.jar")) + list(added_jars)
     for path in [*jvm_files, *jar_files]:
         st = path.stat()
         h.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
     return h.hexdigest()[:12]
 
 
-def archive_path() -> Path | None:
-    fp = fingerprint()
+def archive_path(added_jars: list[Path]) -> Path | None:
+    fp = fingerprint(added_jars)
     return jars.cache_root() / f"jvm-archive-{fp}.jsa" if fp else None
 
 
-def java_options(conf: dict[str, str]) -> str:
+def java_options(conf: dict[str, str], added_jars: list[Path]) -> str:
     """The driver's options to map the archive, or "" (none built, switched off, a class path of
     its own — the archive holds the default one's — or archive settings of the user's or of a
     JVM that dumps one)."""
@@ -71,7 +72,7 @@ def java_options(conf: dict[str, str]) -> str:
         o in options for o in ("SharedArchiveFile", "ArchiveClassesAtExit", "-Xshare")
     ):
         return ""  # a class path the archive was not made for, or the user's own archive settings
-    path = archive_path()
+    path = archive_path(added_jars)
     return f"{USE_OPTION}{path} {QUIET_CDS}" if path is not None and path.is_file() else ""
 
 

@@ -104,7 +104,8 @@ def build_session(
     if store is not None:
         store.export()
         conf.update(store.spark_conf(local=master.startswith("local")))
-    conf["spark.jars"] = ",".join(str(p) for p in jars.resolve())
+    added_jars = jars.resolve()
+    conf["spark.jars"] = ",".join(str(p) for p in added_jars)
     # Python workers must run this interpreter (this virtualenv): SparkContext reads
     # PYSPARK_PYTHON, not spark.pyspark.python, when the JVM is started from Python
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -123,7 +124,7 @@ def build_session(
     if quiet() and "log4j2.configurationFile" not in jvm_options:  # a configuration of the user's wins
         jvm_options = f"-Dlog4j2.configurationFile={QUIET_LOG4J.as_uri()} {jvm_options}"
     # Spark's classes from the class-data-sharing archive when setup built one (runtime/jvm_archive.py)
-    jvm_options = f"{jvm_options} {jvm_archive.java_options(conf)}"
+    jvm_options = f"{jvm_options} {jvm_archive.java_options(conf, added_jars)}"
     conf["spark.driver.extraJavaOptions"] = f"{JVM_LOG_TO_STDERR} {jvm_options}".strip()
     builder = SparkSession.builder.appName(settings.app_name)
     if master and "SPARK_SUBMIT_MASTER" not in os.environ:

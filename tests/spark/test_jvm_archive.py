@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.runtime import jvm_archive
+from pipelines.runtime import jars, jvm_archive
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -26,7 +26,7 @@ print(spark.range(3).count())
 
 
 def test_a_driver_maps_the_archive(tmp_path: Path) -> None:
-    archive = jvm_archive.archive_path()
+    archive = jvm_archive.archive_path(jars.resolve())
     if archive is None or not archive.is_file():
         pytest.fail(f"no JVM class archive at {archive}: ./scripts/setup --deps builds it")
     log = tmp_path / "class-load.log"

@@ -9,22 +9,23 @@ import pytest
 
 from pipelines.runtime import jars, jvm_archive
 
+ADDED: list[Path] = []
+
 
 @pytest.fixture()
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A cache of its own, a fake pyspark jars directory and no added jars (no Maven)."""
+    """A cache of its own and a fake pyspark jars directory (the added jars: ``ADDED``, none)."""
     spark_jars = tmp_path / "pyspark-jars"
     spark_jars.mkdir()
     (spark_jars / "spark-core.jar").write_bytes(b"core")
     monkeypatch.setenv("OFFSETS_LAKEHOUSE_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("OFFSETS_JVM_ARCHIVE", raising=False)
     monkeypatch.setattr(jars, "pyspark_jars_dir", lambda: spark_jars)
-    monkeypatch.setattr(jars, "resolve", lambda quiet=True: [])
     return tmp_path
 
 
 def built(cache: Path) -> Path:
-    path = jvm_archive.archive_path()
+    path = jvm_archive.archive_path(ADDED)
     assert path is not None and path.parent == cache / "cache"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(b"archive")
@@ -32,12 +33,12 @@ def built(cache: Path) -> Path:
 
 
 def test_no_archive_no_option(cache: Path) -> None:
-    assert jvm_archive.java_options({}) == ""
+    assert jvm_archive.java_options({}, ADDED) == ""
 
 
 def test_a_built_archive_is_mapped_with_its_notices_kept_off_stderr(cache: Path) -> None:
     path = built(cache)
-    options = jvm_archive.java_options({"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"})
+    options = jvm_archive.java_options({"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"}, ADDED)
     assert options.split() == [f"-XX:SharedArchiveFile={path}", "-Xlog:cds=off:stderr", "-Xlog:cds+dynamic=off:stderr"]
 
 
@@ -54,25 +55,25 @@ def test_cases_that_map_no_archive(cache: Path, monkeypatch: pytest.MonkeyPatch,
     built(cache)
     if env:
         monkeypatch.setenv("OFFSETS_JVM_ARCHIVE", env)
-    assert jvm_archive.java_options(conf) == ""
+    assert jvm_archive.java_options(conf, ADDED) == ""
 
 
 def test_a_changed_jar_or_java_names_another_archive(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     first = built(cache)
     jar = cache / "pyspark-jars" / "spark-core.jar"
     jar.write_bytes(b"core, upgraded")  # another size: HotSpot would refuse the old archive
-    assert jvm_archive.archive_path() != first
-    assert jvm_archive.java_options({}) == ""  # not built for these jars yet
+    assert jvm_archive.archive_path(ADDED) != first
+    assert jvm_archive.java_options({}, ADDED) == ""  # not built for these jars yet
     java = cache / "java"
     java.write_bytes(b"")
     monkeypatch.setattr(jvm_archive, "_java", lambda: java)
-    assert jvm_archive.archive_path() not in (first, None)
+    assert jvm_archive.archive_path(ADDED) not in (first, None)
 
 
 def test_without_java_there_is_no_archive(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(jvm_archive, "_java", lambda: None)
-    assert jvm_archive.archive_path() is None
-    assert jvm_archive.java_options({}) == ""
+    assert jvm_archive.archive_path(ADDED) is None
+    assert jvm_archive.java_options({}, ADDED) == ""
 
 
 def test_the_newest_archives_are_kept_and_a_killed_build_s_leftovers_go(tmp_path: Path) -> None:
