@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +47,39 @@ def summarise_watermarks(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [out[k] for k in sorted(out)]
 
 
+def bronze_watermarks(path: str, read: Callable[[], DataFrame]) -> list[dict[str, Any]]:
+    """Per bronze partition: records, first and last offset, the last ingestion (to the
+    millisecond), ordered by cluster and partition. From the file statistics in bronze's Delta log
+    (bronze is partitioned by cluster and partition): a scan reads two columns of every row, so
+    its cost grows with the whole history. The scan (``read``) where the statistics cannot be exact."""
+    stats = lake.ranges_per_partition(path, ["cluster", "partition"], ["offset", "ingested_at"])
+    if stats is not None:
+        return [
+            {
+                "cluster": r["cluster"],
+                "partition": r["partition"],
+                "records": r["records"],
+                "first_offset": r["min_offset"],
+                "last_offset": r["max_offset"],
+                # as Spark gives a timestamp to Python: the local time, without a zone
+                "last_ingested": r["max_ingested_at"].astimezone().replace(tzinfo=None),
+            }
+            for r in stats.sort_by([("cluster", "ascending"), ("partition", "ascending")]).to_pylist()
+        ]
+    marks = (
+        read()
+        .groupBy("cluster", "partition")
+        .agg(
+            F.count("*").alias("records"),
+            F.min("offset").alias("first_offset"),
+            F.max("offset").alias("last_offset"),
+            F.date_trunc("millisecond", F.max("ingested_at")).alias("last_ingested"),
+        )
+        .orderBy("cluster", "partition")
+    )
+    return [r.asDict() for r in marks.collect()]
+
+
 def collect_status(ctx: Context, partitions: bool = False) -> dict[str, Any]:
     """Tables with row counts, bronze watermarks per cluster (and per partition with
     ``partitions``), the Kafka source's positions, silver's progress, the last quality run and the
@@ -81,18 +115,7 @@ def collect_status(ctx: Context, partitions: bool = False) -> dict[str, Any]:
         doc["tables"] = [{"table": n, "rows": rows[i], "location": p} for i, (n, p, _) in enumerate(present)]
     bronze = tables.name("bronze", "offsets_records")
     if bronze in names:
-        marks = (
-            table("bronze", "offsets_records")
-            .groupBy("cluster", "partition")
-            .agg(
-                F.count("*").alias("records"),
-                F.min("offset").alias("first_offset"),
-                F.max("offset").alias("last_offset"),
-                F.max("ingested_at").alias("last_ingested"),
-            )
-            .orderBy("cluster", "partition")
-        )
-        rows = [r.asDict() for r in marks.collect()]
+        rows = bronze_watermarks(tables.path("bronze", "offsets_records"), lambda: table("bronze", "offsets_records"))
         doc["watermarks"] = summarise_watermarks(rows)
         if partitions:
             doc["partitions"] = rows

@@ -510,6 +510,30 @@ def rows_per_partition(path: str, columns: Sequence[str], version: int | None = 
     return counts.rename_columns([*columns, "records"])
 
 
+def ranges_per_partition(path: str, partition: Sequence[str], columns: Sequence[str]) -> pa.Table | None:
+    """Per value of the partition columns: ``records`` and the lowest and highest value of each
+    of ``columns`` (``min_<c>``, ``max_<c>``), from the file statistics in the table's Delta log
+    (latest version) without reading a data file. For number and timestamp columns (Delta cuts
+    strings' statistics short; timestamps' it keeps to the millisecond). None when they cannot be
+    exact (:func:`_counted_files`) or a file with rows has no bounds (statistics not collected for
+    the column, or only nulls in it)."""
+    actions = _counted_files(path, None)
+    keys = [f"partition.{c}" for c in partition]
+    bounds = [f"{side}.{c}" for side in ("min", "max") for c in columns]
+    if actions is None or not all(k in actions.column_names for k in [*keys, *bounds]):
+        return None
+    actions = actions.filter(pc.greater(actions["num_records"], 0))
+    if any(actions[b].null_count for b in bounds):
+        return None
+    aggregates = [("num_records", "sum"), *((b, b.split(".", 1)[0]) for b in bounds)]
+    out = actions.select([*keys, "num_records", *bounds]).group_by(keys).aggregate(aggregates)
+    # group_by names its outputs "<column>_<aggregate>" after the keys
+    names = {f"{b}_{b.split('.', 1)[0]}": b.replace(".", "_", 1) for b in bounds}
+    return out.rename_columns(
+        [names.get(n, "records" if n == "num_records_sum" else n.removeprefix("partition.")) for n in out.column_names]
+    )
+
+
 def row_count(path: str, version: int | None = None) -> int | None:
     """The table's rows (at ``version``, default the latest), from the file statistics in its Delta
     log; None when they cannot be exact (:func:`_counted_files`)."""

@@ -76,6 +76,27 @@ def test_an_old_version_lists_the_files_of_that_version(spark, table: str) -> No
     assert set(at_three) < set(_by_delta_rs(table, 11))
 
 
+def test_ranges_per_partition_equal_spark_s_aggregate(spark, table: str) -> None:
+    """Rows and the bounds of a column per partition, from the log's statistics (a checkpoint, later
+    commits and an overwritten partition included), equal what Spark computes from the rows."""
+    from pyspark.sql import functions as F
+
+    got = lake.ranges_per_partition(table, PART, ["record_offset"])
+    assert got is not None
+    want = (
+        spark.read.format("delta")
+        .load(table)
+        .groupBy(*PART)
+        .agg(F.count("*").alias("n"), F.min("record_offset").alias("lo"), F.max("record_offset").alias("hi"))
+        .collect()
+    )
+    assert len(want) > 8  # every cluster, several partitions each
+    assert {
+        (r["cluster"], r["offsets_partition"], r["records"], r["min_record_offset"], r["max_record_offset"])
+        for r in got.to_pylist()
+    } == {(r[PART[0]], r[PART[1]], r["n"], r["lo"], r["hi"]) for r in want}
+
+
 def test_no_table_is_no_files(spark, tmp_path: Path) -> None:
     assert lake.data_files(spark, {"x": str(tmp_path / "nothing")}, PART) == {"x": []}
 
@@ -90,6 +111,7 @@ def test_deletion_vectors_are_refused_with_how_to_switch_them_off(spark, tmp_pat
     # the files' row counts include the deleted rows: counts from the log are not given
     assert spark.read.format("delta").load(path).count() < 240
     assert lake.row_count(path) is None and lake.rows_per_partition(path, PART) is None
+    assert lake.ranges_per_partition(path, PART, ["record_offset"]) is None  # nor bounds over deleted rows
 
 
 def test_an_empty_read_becomes_an_empty_frame_with_its_schema(spark) -> None:

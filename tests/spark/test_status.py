@@ -122,3 +122,27 @@ def test_table_rows_equal_spark_s_counts(
     ).collect()
     assert {t["table"]: t["rows"] for t in tables} == {r["t"]: r["n"] for r in counts}
     assert {t["table"]: t["rows"] for t in tables}["bronze.offsets_records"] > 0
+
+
+def test_watermarks_from_the_log_equal_a_scan_of_bronze(
+    spark, shared_lakehouse: SharedLakehouse, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Watermarks come from the file statistics in bronze's Delta log; where those cannot be exact
+    bronze is scanned instead. Both give the same rows, the last ingestion included (to the
+    millisecond: Delta keeps timestamp statistics so)."""
+    from pipelines.runtime import lake
+
+    config = read_only_config(shared_lakehouse, tmp_path)
+    from_log = status_json(config, "--partitions")
+    asked: list[str] = []
+
+    def unknown(path: str, *args, **kwargs) -> None:
+        asked.append(path)
+        return None
+
+    monkeypatch.setattr(lake, "ranges_per_partition", unknown)
+    scanned = status_json(config, "--partitions")
+    assert asked == [f"{shared_lakehouse.root}/bronze/offsets_records"]
+    assert len(from_log["partitions"]) >= 4
+    assert scanned["partitions"] == from_log["partitions"]
+    assert scanned["watermarks"] == from_log["watermarks"]
