@@ -525,13 +525,14 @@ def ranges_per_partition(path: str, partition: Sequence[str], columns: Sequence[
     actions = actions.filter(pc.greater(actions["num_records"], 0))
     if any(actions[b].null_count for b in bounds):
         return None
-    aggregates = [("num_records", "sum"), *((b, b.split(".", 1)[0]) for b in bounds)]
-    out = actions.select([*keys, "num_records", *bounds]).group_by(keys).aggregate(aggregates)
-    # group_by names its outputs "<column>_<aggregate>" after the keys
-    names = {f"{b}_{b.split('.', 1)[0]}": b.replace(".", "_", 1) for b in bounds}
-    return out.rename_columns(
-        [names.get(n, "records" if n == "num_records_sum" else n.removeprefix("partition.")) for n in out.column_names]
-    )
+    # "min.offset" is aggregated by "min" and named "min.offset_min" by group_by
+    out = actions.group_by(keys).aggregate([("num_records", "sum"), *((b, b[:3]) for b in bounds)])
+    names = {
+        "num_records_sum": "records",
+        **{f"{b}_{b[:3]}": b.replace(".", "_", 1) for b in bounds},
+        **{k: k.removeprefix("partition.") for k in keys},
+    }
+    return out.rename_columns([names[n] for n in out.column_names])
 
 
 def row_count(path: str, version: int | None = None) -> int | None:
