@@ -46,6 +46,7 @@ import pyarrow.compute as pc
 
 from pipelines.gold import modern as M
 from pipelines.gold.handles import Values, concat, concat_all, renamed, rows, set_column
+from pipelines.runtime import collector
 from pipelines.runtime.ddl import arrow_type
 
 __all__ = [
@@ -251,6 +252,18 @@ def _unique(columns: list[pa.ChunkedArray | pa.Array]) -> pa.Array:
 
 
 def replay(
+    inp: PartitionInput,
+    run_id: str,
+    retention_ms: int = DEFAULT_RETENTION_MS,
+    soft_delete_retention_ms: int | None = None,
+) -> PartitionOutput:
+    """:func:`_replay` (what the events touch) with the garbage collector paused
+    (:mod:`pipelines.runtime.collector`)."""
+    with collector.paused():
+        return _replay(inp, run_id, retention_ms, soft_delete_retention_ms)
+
+
+def _replay(
     inp: PartitionInput,
     run_id: str,
     retention_ms: int = DEFAULT_RETENTION_MS,

@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines.codec import primitives as P
+from pipelines.runtime import collector
 from pipelines.runtime.blobs import ipc
 from pipelines.silver.contract import MEMBER_TABLE, RECORD_TABLES
 from pipelines.silver.decode import ENVELOPE_COLUMNS, MEMBERS, DecodePlan, decode_batch
@@ -228,42 +229,49 @@ def decode_blobs(batches: Iterable[pa.RecordBatch], plan: DecodePlan) -> Iterato
     for batch in batches:
         if not batch.num_rows:
             continue
-        wide = decode_batch(batch, plan)
-        parts = split_batch(wide, plan)
-        quarantined = np.zeros(batch.num_rows, bool)
-        if "quarantine" in parts:
-            q = pa.concat_tables(parts["quarantine"])
-            at = pa.table(
-                {
-                    "cluster": batch.column("cluster"),
-                    "partition": batch.column("partition").cast(pa.int32()),
-                    "offset": batch.column("offset"),
-                    "i": np.arange(batch.num_rows),
-                }
-            )
-            key = ["cluster", "offsets_partition", "record_offset"]
-            hit = at.join(q.select(key), ["cluster", "partition", "offset"], key, "inner")
-            quarantined[hit.column("i").to_numpy()] = True
-        names, rows, data = [], [], []
-        for table, tabs in parts.items():
-            t = pa.concat_tables(tabs) if len(tabs) > 1 else tabs[0]
-            names.append(table)
-            rows.append(t.num_rows)
-            data.append(ipc(t))
-        inv = census(batch, quarantined, plan.tables["version_inventory"])
-        names.append(INVENTORY)
-        rows.append(inv.num_rows)
-        data.append(ipc(inv))
-        topics = topic_pairs(parts, plan.tables["topic_ids"])
-        if topics.num_rows:
-            names.append(TOPIC_IDS)
-            rows.append(topics.num_rows)
-            data.append(ipc(topics))
-        n = resolvable(parts)
-        if n:
-            names.append(RESOLVABLE)
-            rows.append(n)
-            data.append(b"")
-        yield pa.RecordBatch.from_arrays(
-            [pa.array(names, pa.string()), pa.array(rows, pa.int64()), pa.array(data, pa.binary())], schema=BLOB_SCHEMA
+        with collector.paused():  # not across the yield: the caller's code runs there
+            blobs = _blobs(batch, plan)
+        yield blobs
+
+
+def _blobs(batch: pa.RecordBatch, plan: DecodePlan) -> pa.RecordBatch:
+    """:func:`decode_blobs` of one non-empty bronze batch."""
+    wide = decode_batch(batch, plan)
+    parts = split_batch(wide, plan)
+    quarantined = np.zeros(batch.num_rows, bool)
+    if "quarantine" in parts:
+        q = pa.concat_tables(parts["quarantine"])
+        at = pa.table(
+            {
+                "cluster": batch.column("cluster"),
+                "partition": batch.column("partition").cast(pa.int32()),
+                "offset": batch.column("offset"),
+                "i": np.arange(batch.num_rows),
+            }
         )
+        key = ["cluster", "offsets_partition", "record_offset"]
+        hit = at.join(q.select(key), ["cluster", "partition", "offset"], key, "inner")
+        quarantined[hit.column("i").to_numpy()] = True
+    names, rows, data = [], [], []
+    for table, tabs in parts.items():
+        t = pa.concat_tables(tabs) if len(tabs) > 1 else tabs[0]
+        names.append(table)
+        rows.append(t.num_rows)
+        data.append(ipc(t))
+    inv = census(batch, quarantined, plan.tables["version_inventory"])
+    names.append(INVENTORY)
+    rows.append(inv.num_rows)
+    data.append(ipc(inv))
+    topics = topic_pairs(parts, plan.tables["topic_ids"])
+    if topics.num_rows:
+        names.append(TOPIC_IDS)
+        rows.append(topics.num_rows)
+        data.append(ipc(topics))
+    n = resolvable(parts)
+    if n:
+        names.append(RESOLVABLE)
+        rows.append(n)
+        data.append(b"")
+    return pa.RecordBatch.from_arrays(
+        [pa.array(names, pa.string()), pa.array(rows, pa.int64()), pa.array(data, pa.binary())], schema=BLOB_SCHEMA
+    )
