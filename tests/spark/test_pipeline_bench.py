@@ -1,9 +1,10 @@
-"""The whole-pipeline benchmark cannot rot: bench/pipeline_bench.py runs here at 20,000 records with
-a 5 % increment, in this process on the tier's Spark session, through the runner. It must exit 0 —
-its own check: gold equals the generator's expected state after the increment and after the
-no-op run — and report every number it promises, plausibly. The numbers are not judged against
-targets here: speed is measured by running the benchmark on a quiet machine (docs/performance.md).
-Small segments (32 KiB) so the increment both grows active segments and rolls in new ones."""
+"""The whole-pipeline benchmark, and those that read the lakehouse it keeps, cannot rot:
+bench/pipeline_bench.py runs here at 20,000 records with a 5 % increment, in this process on the
+tier's Spark session, through the runner. It must exit 0 — its own check: gold equals the
+generator's expected state after the increment and after the no-op run — and report every number
+it promises, plausibly. The numbers are not judged against targets here: speed is measured by
+running the benchmark on a quiet machine (docs/performance.md). Small segments (32 KiB) so the
+increment both grows active segments and rolls in new ones."""
 
 from __future__ import annotations
 
@@ -95,3 +96,22 @@ def test_pipeline_bench_smoke(session_conf_restored, tmp_path, capsys) -> None:
         "split touched / passed through", "concatenate", "partition columns (with_partition)",
         "closed / open intervals", "size by nbytes", "size by buffers",
     }, printed  # fmt: skip
+
+    # bench/task_bench.py (the decode's and the replay's Python timed in one process) on the same
+    # lakehouse; it says why it refuses a directory that is not one
+    from bench import task_bench
+
+    work = tmp_path / "w"
+    # a 20k-record log leaves some offsets partitions empty: three that hold records
+    held = sorted(int(d.name.split("=")[1]) for d in (work / "lakehouse/bronze/offsets_records").glob("*/partition=*"))
+    parts = [str(p) for p in held[:3]]
+    for work_kind in ("replay", "decode"):
+        assert task_bench.main([work_kind, str(work / "lakehouse"), "--partitions", ",".join(parts)]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        timed = [line for line in lines if line.startswith("partition ")]
+        assert [re.match(r"partition (\d+)", line).group(1) for line in timed] == parts, lines
+        assert all(int(re.search(r": ([\d,]+) rows", line).group(1).replace(",", "")) > 0 for line in timed), lines
+        assert any(line.startswith("all but the first: ") for line in lines), lines
+    with pytest.raises(SystemExit):
+        task_bench.main(["decode", str(tmp_path)])
+    assert "not a lakehouse" in capsys.readouterr().err
