@@ -1,7 +1,7 @@
 """Python's cyclic garbage collector, paused around the tasks' allocation-heavy work.
 
 Silver's decoder and gold's replay allocate a container per record, key or history entry and free
-them all by reference counting (they make no reference cycles), but every collection meanwhile
+them by reference counting (neither builds reference cycles on purpose), but every collection meanwhile
 traverses the containers still alive: about 15 % of a decode on one batch, and for the replay a
 share that grows with the partition (4 % of a 10M-record build's replay, 11 % of a 30M one's;
 docs/performance.md). Paused, not disabled: a cycle made meanwhile is collected after.
