@@ -48,34 +48,25 @@ def _partitions(text: str) -> list[int]:
 
 def replay_cases(root: str, partitions: list[int], rows_per_bucket: int | None):
     """Per partition: (label, rows, a function that replays it)."""
+    from pyspark.sql import SparkSession
+
     from pipelines.gold import buckets, build
     from pipelines.gold.engine import DEFAULT_RETENTION_MS
-    from pipelines.gold.events import read_schemas
     from pipelines.gold.plan import make_plan
     from pipelines.runtime.tables import Tables
 
     if rows_per_bucket:
         buckets.ROWS_PER_BUCKET = rows_per_bucket
-    from pyspark.sql import SparkSession
-
     # the plan and the file lists only: no Spark job runs (a test's running session will do)
     spark = SparkSession.getActiveSession() or session("local[1]", "2g")[0]
     tables = Tables(spark, root)
     tasks, _, _ = build._tasks(spark, tables, make_plan(spark, tables, True))
-    schemas = {t: tables.spec("gold", t).arrow() for t in build.GOLD_TABLES}
-    state = {t: pa.schema([f for f in schemas[t] if f.name not in (*build.PART, build.CURRENT_FLAG)])
-             for t in build.GOLD_TABLES}  # fmt: skip
-    sources = read_schemas(tables.specs["silver"])
-    shared = frozenset(
-        t for t in build.SOURCE_TABLES if "offsets_partition" not in tables.spec("silver", t).partitioned_by
-    )
+    schemas = build.replay_schemas(tables)
     for p in partitions:
         mine = [t for t in tasks if t.pair[1] == p]
         if not mine:
             continue
-        replay = build._replay_function(
-            "bench", DEFAULT_RETENTION_MS, None, sources, state, schemas, shared, build.Held()
-        )
+        replay = build._replay_function("bench", DEFAULT_RETENTION_MS, None, *schemas, build.Held())
         label = f"partition {p} ({mine[0].buckets} bucket{'s' if mine[0].buckets > 1 else ''})"
         yield label, sum(t.weight for t in mine), lambda m=mine, r=replay: build._replay_on_driver(r, m)
 

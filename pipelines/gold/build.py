@@ -70,7 +70,7 @@ from pipelines.silver.topics import fill_topic_names, fill_topic_names_arrow, to
 if TYPE_CHECKING:
     from pipelines.runtime.config import KafkaSource
 
-__all__ = ["GOLD_TABLES", "GoldResult", "run_gold", "split_intervals", "with_partition"]
+__all__ = ["GOLD_TABLES", "GoldResult", "replay_schemas", "run_gold", "split_intervals", "with_partition"]
 
 log = logging.getLogger("offsets_lakehouse")
 
@@ -953,6 +953,20 @@ def run_gold(
     return result
 
 
+def replay_schemas(
+    tables: Tables,
+) -> tuple[dict[str, pa.Schema], dict[str, pa.Schema], dict[str, pa.Schema], frozenset[str]]:
+    """What the replay's tasks read and write, in :func:`_replay_function`'s order: silver's source
+    tables' schemas, gold's state as read back (without the partition columns), gold's tables as
+    written, and the silver tables partitioned by cluster alone (each file holds rows of many
+    offsets partitions)."""
+    schemas = {t: tables.spec("gold", t).arrow() for t in GOLD_TABLES}
+    state = {t: pa.schema([f for f in schemas[t] if f.name not in (*PART, CURRENT_FLAG)]) for t in GOLD_TABLES}
+    sources = read_schemas(tables.specs["silver"])
+    shared = frozenset(t for t in SOURCE_TABLES if "offsets_partition" not in tables.spec("silver", t).partitioned_by)
+    return sources, state, schemas, shared
+
+
 def _replay(
     spark: SparkSession,
     tables: Tables,
@@ -978,9 +992,7 @@ def _replay(
     result.partitions_recomputed = len(plan.full)
     result.partitions_incremental = len(plan.incremental)
     result.recomputed = [f"{c}/{p}: {why}" for (c, p), why in sorted(plan.why.items())]
-    schemas = {t: tables.spec("gold", t).arrow() for t in GOLD_TABLES}
-    state = {t: pa.schema([f for f in schemas[t] if f.name not in (*PART, CURRENT_FLAG)]) for t in GOLD_TABLES}
-    sources = read_schemas(tables.specs["silver"])
+    sources, state, schemas, shared = replay_schemas(tables)
     soft_ms = None if soft_delete_retention_days is None else int(soft_delete_retention_days * 86_400_000)
     with result.steps("list files"):
         tasks, silver_rows, state_rows = _tasks(spark, tables, plan)
@@ -990,8 +1002,6 @@ def _replay(
     if result.bucketed:
         spread = ", ".join(f"{k} in {n}" for k, n in result.bucketed.items())
         log.info("gold: %s replayed in buckets", spread)
-    # silver tables partitioned by cluster alone: each file holds rows of many offsets partitions
-    shared = frozenset(t for t in SOURCE_TABLES if "offsets_partition" not in tables.spec("silver", t).partitioned_by)
     out: Output
     held: Held | None = None
     with result.steps("read events and replay"):
