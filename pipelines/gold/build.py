@@ -58,7 +58,7 @@ from pipelines.gold.buckets import (
 from pipelines.gold.engine import DEFAULT_RETENTION_MS, PartitionInput
 from pipelines.gold.engine import replay as replay_partition
 from pipelines.gold.events import SOURCE_TABLES, partition_events, read_schemas
-from pipelines.gold.lag import build_lag
+from pipelines.gold.lag import LAG_TABLES, build_lag
 from pipelines.gold.plan import PART, Pair, Plan, make_plan, progress_rows
 from pipelines.runtime import blobs, faults, lake, taskwrite
 from pipelines.runtime.files import read_parquet
@@ -926,7 +926,7 @@ def _refresh_names(spark: SparkSession, tables: Tables) -> bool:
 def _rebuild_if_outdated(spark: SparkSession, tables: Tables) -> bool:
     """Gold tables an older version wrote with another partitioning cannot take this version's
     writes: gold is derived from silver, so it is dropped and rebuilt (a full refresh). True then."""
-    outdated = tables.outdated("gold")
+    outdated = [t for t in tables.outdated("gold") if t not in LAG_TABLES]  # lag.py rebuilds its own
     if not outdated:
         return False
     log.warning("gold: %s laid out by an older version; rebuilding gold from silver", ", ".join(outdated))
@@ -977,7 +977,8 @@ def _replay(
 ) -> GoldResult:
     full_refresh = _rebuild_if_outdated(spark, tables) or full_refresh
     for table in tables.specs["gold"]:
-        tables.ensure("gold", table)  # a first run creates them
+        if table not in LAG_TABLES:  # lag.py creates its tables once there is lag to keep
+            tables.ensure("gold", table)  # a first run creates them
     result = GoldResult(mode="full refresh" if full_refresh else "incremental")
     with result.steps("plan"):
         plan = make_plan(spark, tables, full_refresh)

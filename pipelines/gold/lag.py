@@ -1,63 +1,73 @@
-"""Consumer lag: ``gold.current_lag`` and ``gold.lag_history`` (docs/lag.md).
+"""Consumer lag: ``gold.topic_end_offsets``, ``gold.current_lag`` and ``gold.lag_history`` (docs/lag.md).
 
 Lag = a topic partition's end offset minus a group's committed offset. The end offsets are the
 observations in ``bronze.end_offsets`` (snapshot files ingested by bronze, or fetched here with
 the Admin API for the partitions the live offsets reference); without one, lag is unknown (null),
-never zero.
+never zero. The rules themselves are in ``gold/asof.py``; this module decides what a run must
+compute, reads it and writes it.
 
-They exist once an end offset is configured (an admin source) or observed: until then gold runs
-skip lag entirely. Both tables are recomputed whole on every gold run, after the replay's writes: they are small
-(one row per live key; one per observation and group of its partition), and an observation can
-arrive late (a snapshot file of last week) or a commit older than an observation can arrive late
-(a backfill), so an incremental rule would need the same joins anyway. Each table's commit
-carries the versions of the inputs its rows follow from (current_lag: bronze.end_offsets and
-gold.current_offsets; lag_history: bronze.end_offsets and gold.offset_history, or nothing while
-there is no observation at all); a run whose inputs did not move skips the table, so an unchanged
-re-run adds no table version and costs a few Delta log look-ups.
+A run costs what it brings, never what the lakehouse has kept:
+
+* ``topic_end_offsets`` (one row per topic partition) folds in the observations the run's
+  ``bronze.end_offsets`` commits added (read from those commits' files, runtime/deltalog.py);
+* ``current_lag`` (one row per live key) is the live offsets joined with it;
+* ``lag_history`` gets the rows of the new observations, and the rows at or after the earliest
+  time a changed state of ``offset_history`` took effect are recomputed (a run's new commits are
+  recent, so normally only the new observations' rows are). The changed states are those of the
+  files the range of gold's commits added and removed, net of the rows that were only rewritten
+  (an offsets partition's current states are rewritten whole by each run that touches it). A
+  late observation (a snapshot file of last week) recomputes from its own time on.
+
+Each table's commit carries the versions of the inputs its rows follow from (``lag_inputs`` in
+its ``userMetadata``); a run whose inputs did not move skips the table, and a run that finds no
+earlier computation it can build on (a first run, a log expired by its retention, a table laid
+out by an older version) computes the table whole, in windows of bounded size.
 """
 
 from __future__ import annotations
 
-import bisect
 import logging
-from collections import defaultdict
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame, SparkSession, Window
-from pyspark.sql import functions as F
+import pyarrow.dataset as ds
 
 from pipelines.bronze.end_offsets import fetch_admin, write
-from pipelines.runtime import lake
+from pipelines.gold import asof
+from pipelines.runtime import deltalog, lake
+from pipelines.runtime.lake import sql_str
 from pipelines.runtime.steps import Steps
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
     from pipelines.runtime.config import KafkaSource
     from pipelines.runtime.tables import Tables
 
-__all__ = ["LagResult", "build_lag", "current_lag", "lag_history"]
+__all__ = ["LAG_TABLES", "LagResult", "build_lag"]
 
 log = logging.getLogger("offsets_lakehouse")
 
-PARTITION_KEY = ["cluster", "topic", "partition"]
-# what the lag tables are computed from; the versions a table's rows are of ride in its commit
-INPUTS = (("bronze", "end_offsets"), ("gold", "current_offsets"), ("gold", "offset_history"))
+LAG_TABLES = ("topic_end_offsets", "current_lag", "lag_history")
 INPUTS_KEY = "lag_inputs"
-KEYS = {
-    "current_lag": ("cluster", "group_id", "topic", "partition"),
-    "lag_history": ("cluster", "group_id", "topic", "partition", "observed_at"),
+ENDS, CURRENT, HISTORY = "bronze.end_offsets", "gold.current_offsets", "gold.offset_history"
+# what each table's rows follow from
+INPUTS = {
+    "topic_end_offsets": (ENDS,),
+    "current_lag": (ENDS, CURRENT),
+    "lag_history": (ENDS, HISTORY),
 }
-# inputs (current offsets, history, observations) and lag_history rows of at most this many rows
-# are computed on the driver and written by delta-rs: the demo's two Spark joins and writes took
-# 14.8 of its gold stage's 18.7 s on 2 cores, on 200k history rows
-LOCAL_LAG_ROWS = 1_000_000
-HISTORY_COLUMNS = [
-    *PARTITION_KEY, "group_id", "valid_from_offset", "valid_from_timestamp", "committed_offset", "deleted"
-]  # fmt: skip
-OBSERVATION_COLUMNS = [*PARTITION_KEY, "observed_at", "end_offset"]
-OFFSET_COLUMNS = [*KEYS["current_lag"], "committed_offset", "commit_timestamp", "deleted"]
+OBSERVATION_COLUMNS = [*asof.PARTITION_KEY, "observed_at", "end_offset"]
+OFFSET_COLUMNS = ["cluster", "group_id", "topic", "partition", "committed_offset", "commit_timestamp"]
+# a state's identity: a row of offset_history that a run only rewrote (same identity) changes no lag
+IDENTITY = [*asof.STATE_COLUMNS]
+READ_STATE_COLUMNS = [*IDENTITY, "is_current", "valid_to_timestamp"]
+# lag_history rows a first build writes per commit: bounds the driver's memory
+ROWS_PER_WINDOW = 1_000_000
 
 
 @dataclass
@@ -66,199 +76,304 @@ class LagResult:
     admin_inserted: int = 0
     unknown_partitions: list[str] = field(default_factory=list)  # the broker answered with an error
     skipped: bool = False  # no input moved since the last computation
-    written: list[str] = field(default_factory=list)  # tables whose rows changed (one commit each)
+    written: list[str] = field(default_factory=list)  # tables written (one commit each, a first build more)
+    # per table: "incremental" (what the inputs' new commits touched) or "whole" (no computation to build on)
+    how: dict[str, str] = field(default_factory=dict)
+    history_rows: int = 0  # lag_history rows this run wrote
+    recomputed_since: dict[str, str | None] = field(default_factory=dict)  # cluster -> earliest time recomputed
     steps: Steps = field(default_factory=lambda: Steps("lag"))
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
 
-def latest_observations(observations: DataFrame) -> DataFrame:
-    """The latest observation per (cluster, topic, partition); at the same instant the larger end."""
-    order = Window.partitionBy(*PARTITION_KEY).orderBy(F.col("observed_at").desc(), F.col("end_offset").desc())
-    return observations.withColumn("_n", F.row_number().over(order)).where("_n = 1").drop("_n")
+# -- reading -------------------------------------------------------------------------------------------
+def _read(spark: SparkSession, path: str, columns: list[str], where: Any, where_sql: str) -> pa.Table:
+    """The table's rows matching ``where`` (a pyarrow expression: files its partition values and
+    statistics rule out are not read) by delta-rs, by Spark (``where_sql``) when delta-rs cannot."""
+    try:
+        return lake.read_arrow_where(path, columns, where)
+    except Exception as exc:
+        log.debug("lag: delta-rs cannot read %s (%s): Spark reads it", path, exc)
+    frame = lake.read(spark, path, where_sql)
+    return pa.table({c: [] for c in columns}) if frame is None else frame.select(*columns).toArrow()
 
 
-def current_lag(offsets: DataFrame, observations: DataFrame) -> DataFrame:
+def _cluster_is(cluster: str) -> tuple[Any, str]:
+    return ds.field("cluster") == cluster, f"cluster = {sql_str(cluster)}"
+
+
+def _utc(us: int) -> datetime:
+    return datetime.fromtimestamp(us / 1_000_000, timezone.utc)
+
+
+def _iso(us: int) -> str:
+    return _utc(us).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _micros(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    return pc.cast(pc.cast(column, pa.timestamp("us", "UTC")), pa.int64()).to_numpy(zero_copy_only=False)
+
+
+def _metadata(spark: SparkSession, path: str) -> dict[str, Any] | None:
+    meta = (lake.latest_metadata(spark, path) or {}).get(INPUTS_KEY)
+    return meta if isinstance(meta, dict) else None
+
+
+def _added_rows(path: str, since: dict[str, Any] | None, upto: int | None, schema: pa.Schema) -> pa.Table | None:
+    """The rows the table's commits after the version ``since`` names added, up to ``upto``; None
+    when that cannot be told from its log (no earlier version, the log expired)."""
+    if since is None or since.get(ENDS) is None or upto is None:
+        return None
+    if since[ENDS] == upto:
+        return schema.empty_table()
+    changes = deltalog.changed_files(path, since[ENDS], upto)
+    # an observation a retention removed stays the latest known (and in lag_history) until a newer one
+    return None if changes is None else deltalog.read_rows(changes.added, schema)
+
+
+# -- the tables ----------------------------------------------------------------------------------------
+def _topic_end_offsets(spark: SparkSession, tables: Tables, inputs: dict[str, Any], result: LagResult) -> None:
+    path = tables.path("gold", "topic_end_offsets")
+    ends_path = tables.path("bronze", "end_offsets")
+    schema = tables.spec("bronze", "end_offsets").arrow()
+    observations = pa.schema([schema.field(c) for c in OBSERVATION_COLUMNS])
+    new = _added_rows(ends_path, _metadata(spark, path), inputs[ENDS], observations)
+    if new is None:
+        result.how["topic_end_offsets"] = "whole"
+        rows = _read(spark, ends_path, OBSERVATION_COLUMNS, ds.scalar(True), "true")
+    else:
+        result.how["topic_end_offsets"] = "incremental"
+        held = _read(spark, path, [*asof.PARTITION_KEY, "end_offset", "observed_at"], ds.scalar(True), "true")
+        rows = pa.concat_tables(
+            [held.select(OBSERVATION_COLUMNS), new.select(OBSERVATION_COLUMNS)], promote_options="permissive"
+        )
+    latest = asof.latest_ends(rows)
+    spec = tables.spec("gold", "topic_end_offsets")
+    lake.write_rows(spark, latest.cast(spec.arrow()), path, spec.struct(), "true", {INPUTS_KEY: inputs})
+
+
+def _current_lag(spark: SparkSession, tables: Tables, inputs: dict[str, Any], result: LagResult) -> None:
     """One row per live key of current_offsets with the latest end offset of its partition."""
-    latest = latest_observations(observations).select(
-        *PARTITION_KEY, "end_offset", F.col("observed_at").alias("end_offset_observed_at")
+    live = _read(
+        spark, tables.path("gold", "current_offsets"), [*OFFSET_COLUMNS, "deleted"], ~ds.field("deleted"), "NOT deleted"
+    ).select(OFFSET_COLUMNS)
+    ends = _read(
+        spark,
+        tables.path("gold", "topic_end_offsets"),
+        [*asof.PARTITION_KEY, "end_offset", "observed_at"],
+        ds.scalar(True),
+        "true",
+    ).rename_columns([*asof.PARTITION_KEY, "end_offset", "end_offset_observed_at"])
+    spec = tables.spec("gold", "current_lag")
+    joined = live.join(ends, asof.PARTITION_KEY, join_type="left outer")
+    rows = joined.append_column("lag", pc.subtract(joined["end_offset"], joined["committed_offset"]))
+    lake.write_rows(spark, rows.select(spec.arrow().names).cast(spec.arrow()), tables.path("gold", "current_lag"),
+                    spec.struct(), "true", {INPUTS_KEY: inputs})  # fmt: skip
+    result.how["current_lag"] = "whole"
+
+
+def _changed_states(path: str, since: dict[str, Any] | None, upto: int | None) -> pa.Table | None:
+    """The states of offset_history that commits after the version ``since`` names added or
+    removed (up to ``upto``), net of rows only rewritten; None when the log cannot say."""
+    if since is None or since.get(HISTORY) is None or upto is None:
+        return None
+    if since[HISTORY] == upto:
+        return pa.table({c: [] for c in IDENTITY})
+    changes = deltalog.changed_files(path, since[HISTORY], upto)
+    if changes is None:
+        return None
+    schema = pa.schema([f for f in _history_schema(path) if f.name in IDENTITY])
+    added = deltalog.read_rows(changes.added, schema).select(IDENTITY)
+    removed = deltalog.read_rows(changes.removed, schema).select(IDENTITY)
+    # rows in one and not the other (a state's identity is unique per key: a multiset is a set here)
+    added, removed = (t.cast(pa.schema([f.with_nullable(True) for f in t.schema])) for t in (added, removed))
+    only_added = added.join(removed, IDENTITY, join_type="left anti") if removed.num_rows else added
+    only_removed = removed.join(added, IDENTITY, join_type="left anti") if added.num_rows else removed
+    return pa.concat_tables([only_added, only_removed])
+
+
+def _history_schema(path: str) -> pa.Schema:
+    schema = lake.arrow_schema(path)
+    if schema is None:
+        raise ValueError(f"no table at {path}")
+    return schema
+
+
+def _recompute_from(changed: pa.Table, new: pa.Table) -> dict[str, int | None]:
+    """Per cluster, the earliest time (µs) whose lag rows the changes may alter: a changed state's
+    time (an untimed one: every time, None) and a new observation's."""
+    since: dict[str, int | None] = {}
+
+    def lower(cluster: str, us: int | None) -> None:
+        if cluster in since and (since[cluster] is None or (us is not None and us >= since[cluster])):
+            return
+        since[cluster] = us
+
+    if changed.num_rows:
+        ts = changed["valid_from_timestamp"].to_pylist()
+        for cluster, t in zip(changed["cluster"].to_pylist(), ts, strict=True):
+            lower(cluster, None if t is None else t * 1000)
+    if new.num_rows:
+        for cluster, us in zip(new["cluster"].to_pylist(), _micros(new["observed_at"]).tolist(), strict=True):
+            lower(cluster, us)
+    return since
+
+
+def _lag_history(spark: SparkSession, tables: Tables, inputs: dict[str, Any], result: LagResult) -> None:
+    path = tables.path("gold", "lag_history")
+    ends_path = tables.path("bronze", "end_offsets")
+    history_path = tables.path("gold", "offset_history")
+    prior = _metadata(spark, path)
+    ends_schema = tables.spec("bronze", "end_offsets").arrow()
+    observations = pa.schema([ends_schema.field(c) for c in OBSERVATION_COLUMNS])
+    new = _added_rows(ends_path, prior, inputs[ENDS], observations)
+    changed = _changed_states(history_path, prior, inputs[HISTORY]) if new is not None else None
+    spec = tables.spec("gold", "lag_history")
+    if changed is None:
+        result.how["lag_history"] = "whole"
+        _whole_history(spark, tables, inputs, result)
+        return
+    result.how["lag_history"] = "incremental"
+    since = _recompute_from(changed, new)
+    result.recomputed_since = {c: None if us is None else _iso(us) for c, us in since.items()}
+    parts, where = [], []
+    for cluster, us in sorted(since.items()):
+        parts.append(_rows_since(spark, tables, cluster, us))
+        where.append(_since_predicate(cluster, us))
+    rows = pa.concat_tables(parts) if parts else _with_date(asof.no_rows(), spec)
+    result.history_rows = rows.num_rows
+    # one commit: the rows from each cluster's earliest changed time on, replaced; none when
+    # nothing changed (the commit then only records the inputs)
+    predicate = " OR ".join(f"({w})" for w in where) if where else None
+    lake.write_rows(spark, rows, path, spec.struct(), predicate, {INPUTS_KEY: inputs})
+
+
+def _since_predicate(cluster: str, us: int | None) -> str:
+    if us is None:
+        return f"cluster = {sql_str(cluster)}"
+    day = _utc(us).date().isoformat()
+    return f"cluster = {sql_str(cluster)} AND observed_date >= '{day}' AND observed_at >= '{_iso(us)}'"
+
+
+def _rows_since(spark: SparkSession, tables: Tables, cluster: str, us: int | None) -> pa.Table:
+    """The lag rows of ``cluster`` at or after ``us`` (None: every time), with their day."""
+    where, where_sql = _cluster_is(cluster)
+    if us is not None:
+        where = where & (ds.field("observed_at") >= pa.scalar(us, pa.timestamp("us", "UTC")))
+        where_sql += f" AND observed_at >= '{_iso(us)}'"
+    obs = _read(spark, tables.path("bronze", "end_offsets"), OBSERVATION_COLUMNS, where, where_sql)
+    return _window(spark, tables, cluster, obs)
+
+
+def _window(spark: SparkSession, tables: Tables, cluster: str, obs: pa.Table) -> pa.Table:
+    """The lag rows of the observations ``obs`` of one cluster, from the states they need."""
+    spec = tables.spec("gold", "lag_history")
+    if obs.num_rows == 0:
+        return _with_date(asof.no_rows(), spec)
+    micros = _micros(obs["observed_at"])
+    first_ms, last_ms = int(micros.min()) // 1000, int(micros.max()) // 1000
+    where, where_sql = _cluster_is(cluster)
+    took_effect = ds.field("valid_from_timestamp").is_null() | (ds.field("valid_from_timestamp") <= last_ms)
+    where = where & asof.needed(first_ms) & took_effect
+    where_sql += (
+        f" AND (is_current OR valid_to_timestamp > {first_ms})"
+        f" AND (valid_from_timestamp IS NULL OR valid_from_timestamp <= {last_ms})"
     )
-    live = offsets.where(~F.col("deleted")).select(*KEYS["current_lag"], "committed_offset", "commit_timestamp")
-    return live.join(latest, PARTITION_KEY, "left").select(
-        *KEYS["current_lag"],
-        "committed_offset",
-        "commit_timestamp",
-        "end_offset",
-        "end_offset_observed_at",
-        (F.col("end_offset") - F.col("committed_offset")).alias("lag"),
+    states = _read(spark, tables.path("gold", "offset_history"), READ_STATE_COLUMNS, where, where_sql)
+    return _with_date(asof.lag_rows(states.select(asof.STATE_COLUMNS), obs), spec)
+
+
+def _with_date(rows: pa.Table, spec: Any) -> pa.Table:
+    day = pc.cast(rows["observed_at"], pa.date32()) if rows.num_rows else pa.array([], pa.date32())
+    return rows.append_column("observed_date", day).select(spec.arrow().names).cast(spec.arrow())
+
+
+def _whole_history(spark: SparkSession, tables: Tables, inputs: dict[str, Any], result: LagResult) -> None:
+    """lag_history computed from every observation: windows of observations in time order, each
+    with the states it needs, written a window per commit (the first replaces the table, the last
+    records the inputs: a run killed between them computes the table whole again)."""
+    path = tables.path("gold", "lag_history")
+    spec = tables.spec("gold", "lag_history")
+    ends = _read(spark, tables.path("bronze", "end_offsets"), OBSERVATION_COLUMNS, ds.scalar(True), "true")
+    keys = _read(
+        spark,
+        tables.path("gold", "offset_history"),
+        [*asof.PARTITION_KEY, "group_id", "is_current"],
+        ds.field("is_current"),
+        "is_current",
     )
+    # groups per topic partition now: an estimate of a window's rows (the keys ever seen)
+    per_partition = keys.group_by(asof.PARTITION_KEY, use_threads=False).aggregate([("group_id", "count")])
+    weighed = ends.join(per_partition, asof.PARTITION_KEY, join_type="left outer")
+    first = True
+    for cluster in sorted(set(ends["cluster"].to_pylist())):
+        mine = weighed.filter(pc.equal(weighed["cluster"], cluster))
+        mine = mine.take(pc.sort_indices(mine["observed_at"]))
+        weight = np.cumsum(mine["group_id_count"].fill_null(0).to_numpy(zero_copy_only=False))
+        start = 0
+        while start < mine.num_rows:
+            base = weight[start - 1] if start else 0
+            stop = int(np.searchsorted(weight, base + ROWS_PER_WINDOW, side="right"))
+            stop = _instant_end(mine, max(stop, start + 1))
+            rows = _window(spark, tables, cluster, mine.slice(start, stop - start).select(OBSERVATION_COLUMNS))
+            lake.write_rows(spark, rows, path, spec.struct(), "true" if first else None)
+            first = False
+            result.history_rows += rows.num_rows
+            start = stop
+    if first:  # no observation at all: the table emptied
+        lake.write_rows(spark, _with_date(asof.no_rows(), spec), path, spec.struct(), "true")
+    lake.write_rows(spark, _with_date(asof.no_rows(), spec), path, spec.struct(),
+                    None, {INPUTS_KEY: inputs})  # fmt: skip
 
 
-def lag_history(history: DataFrame, observations: DataFrame) -> DataFrame:
-    """Each observation x each group with a state for that partition in offset_history, with the
-    offset committed as of the observation's time t: the last state (in log order) that took effect
-    at or before t in log time (``valid_from_timestamp <= t``; a null one — magic-0 records carry
-    no timestamp — counts as before every timestamped record); null if that state is a deletion
-    or the group had no state yet."""
-    # one observation per instant (the larger end, as latest_observations): the rows' key
-    obs = observations.groupBy(*PARTITION_KEY, "observed_at").agg(F.max("end_offset").alias("end_offset"))
-    obs = obs.withColumn("_t", F.unix_millis("observed_at"))
-    groups = history.select(*PARTITION_KEY, "group_id").distinct()
-    pairs = obs.join(groups, PARTITION_KEY).alias("p")
-    h = history.select(
-        *PARTITION_KEY, "group_id", "valid_from_offset", "valid_from_timestamp", "committed_offset", "deleted"
-    ).alias("h")
-    on = [F.col(f"p.{c}") == F.col(f"h.{c}") for c in (*PARTITION_KEY, "group_id")]
-    on.append(F.col("h.valid_from_timestamp").isNull() | (F.col("h.valid_from_timestamp") <= F.col("p._t")))
-    joined = pairs.join(h, on, "left")
-    # the latest state by log position rather than by the interval's end time: the same answer
-    # while log time moves forward, and one answer when it steps back (clock skew between hosts)
-    key = [F.col(f"p.{c}") for c in KEYS["lag_history"]]
-    order = Window.partitionBy(*key).orderBy(F.col("h.valid_from_offset").desc_nulls_last())
-    ranked = joined.withColumn("_n", F.row_number().over(order)).where("_n = 1")
-    committed = F.when(~F.col("h.deleted"), F.col("h.committed_offset"))
-    return ranked.select(
-        *key,
-        F.col("p.end_offset").alias("end_offset"),
-        committed.alias("committed_offset"),
-        (F.col("p.end_offset") - committed).alias("lag"),
-    )
+def _instant_end(obs: pa.Table, stop: int) -> int:
+    """``stop`` moved past the observations at the same instant as the one before it: an instant's
+    observations are computed together (asof keeps the larger end of two at one instant)."""
+    if stop >= obs.num_rows:
+        return obs.num_rows
+    times = _micros(obs["observed_at"])
+    while stop < obs.num_rows and times[stop] == times[stop - 1]:
+        stop += 1
+    return stop
 
 
-def _latest_arrow(observations: pa.Table) -> dict[tuple, tuple[Any, int]]:
-    """:func:`latest_observations` on the driver: (observed_at, end_offset) per partition key."""
-    latest: dict[tuple, tuple[Any, int]] = {}
-    cols = observations.select(OBSERVATION_COLUMNS).to_pydict()
-    for c, t, p, at, end in zip(*cols.values(), strict=True):
-        key = (c, t, p)
-        if key not in latest or (at, end) > latest[key]:
-            latest[key] = (at, end)
-    return latest
-
-
-def current_lag_arrow(offsets: pa.Table, observations: pa.Table) -> pa.Table:
-    """:func:`current_lag` on the driver, for small inputs."""
-    latest = _latest_arrow(observations)
-    live = offsets.filter(pc.invert(offsets.column("deleted")))
-    cols = live.select([*KEYS["current_lag"], "committed_offset", "commit_timestamp"]).to_pydict()
-    ends = [latest.get((c, t, p)) for c, t, p in zip(cols["cluster"], cols["topic"], cols["partition"], strict=True)]
-    end = [None if e is None else e[1] for e in ends]
-    lag = [None if e is None or o is None else e - o for e, o in zip(end, cols["committed_offset"], strict=True)]
-    return pa.table(
-        {
-            **cols,
-            "end_offset": pa.array(end, pa.int64()),
-            "end_offset_observed_at": pa.array([None if e is None else e[0] for e in ends], pa.timestamp("us", "UTC")),
-            "lag": pa.array(lag, pa.int64()),
-        }
-    )
-
-
-def _as_of(history: pa.Table) -> dict[tuple, dict[str, tuple[list[int], list[tuple[int, int, bool]]]]]:
-    """Per partition key and group: the states' timestamps in ascending order (a null one first:
-    it counts as before every timestamp) and, at each, the state of the highest log position among
-    the states up to there: (valid_from_offset, committed_offset, deleted)."""
-    by: dict[tuple, dict[str, list[tuple[int, int, int, bool]]]] = defaultdict(lambda: defaultdict(list))
-    cols = history.select(HISTORY_COLUMNS).to_pydict()
-    for c, t, p, g, position, ts, committed, deleted in zip(*cols.values(), strict=True):
-        by[(c, t, p)][g].append((-(1 << 63) if ts is None else ts, position, committed, deleted))
-    out: dict[tuple, dict[str, tuple[list[int], list[tuple[int, int, bool]]]]] = {}
-    for key, groups in by.items():
-        out[key] = {}
-        for g, states in groups.items():
-            states.sort()
-            times, best, top = [], [], None
-            for ts, position, committed, deleted in states:
-                if top is None or position > top[0]:
-                    top = (position, committed, deleted)
-                times.append(ts)
-                best.append(top)
-            out[key][g] = (times, best)
-    return out
-
-
-def lag_history_pairs(history: pa.Table, observations: pa.Table) -> int:
-    """How many rows :func:`lag_history_arrow` makes: observations x groups of their partition."""
-    groups: dict[tuple, set[str]] = defaultdict(set)
-    for c, t, p, g in zip(*history.select([*PARTITION_KEY, "group_id"]).to_pydict().values(), strict=True):
-        groups[(c, t, p)].add(g)
-    instants = set(zip(*observations.select([*PARTITION_KEY, "observed_at"]).to_pydict().values(), strict=True))
-    return sum(len(groups.get(k[:3], ())) for k in instants)
-
-
-def lag_history_arrow(history: pa.Table, observations: pa.Table) -> pa.Table:
-    """:func:`lag_history` on the driver, for small inputs: the same rule, the state of the highest
-    log position among those that took effect at or before the observation's time."""
-    states = _as_of(history)
-    obs = observations.select(OBSERVATION_COLUMNS)
-    millis = pc.cast(obs.column("observed_at").cast(pa.timestamp("us", "UTC")), pa.int64()).to_pylist()
-    ends: dict[tuple, tuple[int, Any]] = {}  # one observation per instant: the larger end, as in lag_history
-    for c, t, p, at, end, us in zip(*obs.to_pydict().values(), millis, strict=True):
-        if (c, t, p, us) not in ends or end > ends[(c, t, p, us)][0]:
-            ends[(c, t, p, us)] = (end, at)
-    out: dict[str, list[Any]] = {name: [] for name in (*KEYS["lag_history"], "end_offset", "committed_offset", "lag")}
-    for (c, t, p, us), (end, at) in ends.items():
-        ms = us // 1000  # as Spark's unix_millis: whole milliseconds, rounded down
-        for g, (times, best) in states.get((c, t, p), {}).items():
-            i = bisect.bisect_right(times, ms)
-            state = best[i - 1] if i else None
-            committed = None if state is None or state[2] else state[1]
-            for name, value in zip(
-                out,
-                (c, g, t, p, at, end, committed, None if committed is None else end - committed),
-                strict=True,
-            ):
-                out[name].append(value)
-    return pa.table(out)
-
-
-def _build_locally(
-    spark: SparkSession, tables: Tables, todo: list[str], inputs: dict[str, dict[str, Any]], result: LagResult
-) -> bool:
-    """The lag tables computed and written on the driver when their inputs and rows are few
-    (:data:`LOCAL_LAG_ROWS`); False, nothing written, when they are not or delta-rs cannot."""
-    if lake.remote(spark):
-        return False
-    sizes = [lake.row_count(tables.path(layer, t)) for layer, t in INPUTS]
-    if any(n is None for n in sizes) or sum(n or 0 for n in sizes) > LOCAL_LAG_ROWS:
-        return False
-    observations = lake.read_arrow(spark, tables.path("bronze", "end_offsets"), OBSERVATION_COLUMNS)
-    offsets = lake.read_arrow(spark, tables.path("gold", "current_offsets"), OFFSET_COLUMNS)
-    history = lake.read_arrow(spark, tables.path("gold", "offset_history"), HISTORY_COLUMNS)
-    if observations is None or offsets is None or history is None:
-        return False
-    if "lag_history" in todo and lag_history_pairs(history, observations) > LOCAL_LAG_ROWS:
-        return False
-    build = {
-        "current_lag": lambda: current_lag_arrow(offsets, observations),
-        "lag_history": lambda: lag_history_arrow(history, observations),
-    }
-    for table in todo:
-        with result.steps(table):
-            # one commit carrying the input versions its rows are of: a run with the same inputs skips it
-            if not lake.write_arrow(build[table](), tables.path("gold", table), "true", {INPUTS_KEY: inputs[table]}):
-                return False
-            result.written.append(table)
-    return True
-
-
+# -- the stage's part ----------------------------------------------------------------------------------
 def _fetch_admin(
     spark: SparkSession, tables: Tables, run_id: str, sources: dict[str, KafkaSource], result: LagResult
 ) -> None:
     """End offsets now, for the partitions the live offsets of each admin source's cluster reference."""
-    offsets = lake.read(spark, tables.path("gold", "current_offsets"))
     for name, source in sources.items():
-        parts: list[tuple[str, int]] = []
-        if offsets is not None:
-            live = offsets.where((F.col("cluster") == source.cluster) & ~F.col("deleted"))
-            parts = sorted((r["topic"], r["partition"]) for r in live.select("topic", "partition").distinct().collect())
+        where, where_sql = _cluster_is(source.cluster)
+        live = _read(
+            spark,
+            tables.path("gold", "current_offsets"),
+            ["topic", "partition", "deleted"],
+            where & ~ds.field("deleted"),
+            f"{where_sql} AND NOT deleted",
+        )
+        parts = sorted(set(zip(live["topic"].to_pylist(), live["partition"].to_pylist(), strict=True)))
         observations, unknown = fetch_admin(spark, source, parts)
         result.admin_observations += len(observations)
         result.admin_inserted += write(spark, tables, observations, name, run_id)
         result.unknown_partitions += [f"{source.cluster}/{u}" for u in unknown]
         for u in unknown:  # counted in gold's summary line
             log.debug("lag: %s: no end offset for %s (lag unknown)", name, u)
+
+
+def _drop_outdated(spark: SparkSession, tables: Tables) -> None:
+    """Lag tables an older version laid out otherwise are dropped: they are computed whole again
+    from bronze.end_offsets and gold's tables."""
+    for table in LAG_TABLES:
+        path = tables.path("gold", table)
+        have = lake.partition_columns(spark, path)
+        if have is not None and have != list(tables.spec("gold", table).partitioned_by):
+            log.warning("gold: %s laid out by an older version; computing it again", table)
+            spark.sql(f"DROP TABLE IF EXISTS {tables.name('gold', table)}")
+            lake.drop(spark, path)
+
+
+BUILD = {"topic_end_offsets": _topic_end_offsets, "current_lag": _current_lag, "lag_history": _lag_history}
 
 
 def build_lag(
@@ -268,41 +383,22 @@ def build_lag(
     if admin_sources:
         with result.steps("fetch end offsets"):
             _fetch_admin(spark, tables, run_id, admin_sources, result)
-    observed = lake.any_rows(spark, tables.path("bronze", "end_offsets"), "true")
-    if not observed and not admin_sources:
+    if not lake.any_rows(spark, tables.path("bronze", "end_offsets"), "true") and not admin_sources:
         # no end offset configured or ever observed: nothing to know lag from, so no lag tables to
         # keep in step with current_offsets (a job without lag inputs pays nothing for lag)
         result.skipped = True
         return result
     tables.ensure("bronze", "end_offsets")
-    for table in KEYS:
+    _drop_outdated(spark, tables)
+    for table in LAG_TABLES:
         tables.ensure("gold", table)
-    versions = {f"{layer}.{t}": lake.version(spark, tables.path(layer, t)) for layer, t in INPUTS}
-    # what each table's rows follow from: without observations lag_history is empty whatever gold holds
-    inputs = {
-        "current_lag": {k: versions[k] for k in ("bronze.end_offsets", "gold.current_offsets")},
-        "lag_history": {k: versions[k] for k in ("bronze.end_offsets", "gold.offset_history")} if observed else {},
-    }
-    todo = [t for t in KEYS if (lake.latest_metadata(spark, tables.path("gold", t)) or {}).get(INPUTS_KEY) != inputs[t]]
-    if not todo:
-        result.skipped = True  # no input moved since the tables were computed: nothing to do
-        return result
-    # every input exists: ensured here, or by run_gold before its replay
-    if _build_locally(spark, tables, todo, inputs, result):
-        return result
-    todo = [t for t in todo if t not in result.written]  # delta-rs wrote some before it refused one
-    observations = spark.read.format("delta").load(tables.path("bronze", "end_offsets"))
-    offsets = spark.read.format("delta").load(tables.path("gold", "current_offsets"))
-    history = spark.read.format("delta").load(tables.path("gold", "offset_history"))
-    build = {
-        "current_lag": lambda: current_lag(offsets, observations),
-        "lag_history": lambda: lag_history(history, observations),
-    }
-    for table in todo:
-        with result.steps(table):
-            columns = [c.name for c in tables.spec("gold", table).columns]
-            # one commit carrying the input versions its rows are of: a run with the same inputs skips it
-            with lake.commit_metadata(spark, {INPUTS_KEY: inputs[table]}):
-                lake.replace_where(build[table]().select(*columns), tables.path("gold", table), "true")
-            result.written.append(table)
+    versions = {name: lake.version(spark, tables.path(*name.split(".", 1))) for name in (ENDS, CURRENT, HISTORY)}
+    for table in LAG_TABLES:  # in this order: current_lag reads topic_end_offsets
+        inputs = {name: versions[name] for name in INPUTS[table]}
+        if _metadata(spark, tables.path("gold", table)) == inputs:
+            continue  # computed from these very inputs
+        with result.steps(table.replace("_", " ")):
+            BUILD[table](spark, tables, inputs, result)
+        result.written.append(table)
+    result.skipped = not result.written
     return result

@@ -20,6 +20,7 @@ _SIMPLE = {
     "binary": pa.binary(),
     "double": pa.float64(),
     "timestamp": pa.timestamp("us", tz="UTC"),
+    "date": pa.date32(),
 }
 
 

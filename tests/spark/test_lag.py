@@ -10,24 +10,13 @@ import itertools
 import json
 from datetime import datetime, timezone
 
-import pyarrow as pa
 import pytest
 
+from bench.common import split_log
 from pipelines.bronze.end_offsets import ingest_end_offsets
 from pipelines.bronze.ingest import ingest_segments
 from pipelines.generate import generate
 from pipelines.gold.build import run_gold
-from pipelines.gold.lag import (
-    HISTORY_COLUMNS,
-    KEYS,
-    OBSERVATION_COLUMNS,
-    OFFSET_COLUMNS,
-    current_lag,
-    current_lag_arrow,
-    lag_history,
-    lag_history_arrow,
-    lag_history_pairs,
-)
 from pipelines.runtime import lake
 from pipelines.runtime.config import DumpSource, EndOffsetsFile, SegmentsSource
 from pipelines.runtime.tables import Tables
@@ -58,8 +47,43 @@ def _observation_times(events: list[dict]) -> list[int]:
     return [*out, timed[-1] + 60_000]
 
 
+def _write_snapshots(path, rows: list[tuple[str, int, int, int]]) -> None:
+    """JSON lines with ISO times and the cluster named, or CSV with epoch milliseconds and the
+    cluster left to the source."""
+    if path.suffix == ".jsonl":
+        with path.open("w") as f:
+            for t, p, end, ts in rows:
+                row = {
+                    "cluster": CLUSTER,
+                    "topic": t,
+                    "partition": p,
+                    "end_offset": end,
+                    "observed_at": _at(ts).isoformat(),
+                }
+                f.write(json.dumps(row) + "\n")
+        return
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["topic", "partition", "end_offset", "observed_at"])
+        for t, p, end, ts in rows:
+            w.writerow([t, p, end, ts])
+
+
+def _snapshot_source(*paths: str) -> DumpSource:
+    return DumpSource(
+        kind="dump",
+        cluster=CLUSTER,
+        format="jsonl",
+        paths=["unused"],
+        end_offsets=EndOffsetsFile(kind="file", paths=list(paths)),
+    )
+
+
 @pytest.fixture(scope="module")
 def lag(spark, tmp_path_factory: pytest.TempPathFactory):
+    """A generated log fed in two parts, with observations arriving in three: the first run of lag
+    computes its tables whole; the second brings commits and observations (an increment); the
+    third a late snapshot file, older than the latest observation."""
     base = tmp_path_factory.mktemp("lag")
     root = base / "logs"
     generate(root, 3000, seed=33, partitions=4, segment_bytes=24 * 1024)
@@ -83,34 +107,34 @@ def lag(spark, tmp_path_factory: pytest.TempPathFactory):
             obs.append((t, p, end, ts))
     files = base / "snapshots"
     files.mkdir()
-    jsonl, csv_path = files / "ends.jsonl", files / "ends.csv"
-    with jsonl.open("w") as f:  # ISO timestamps, the cluster named
-        for t, p, end, ts in obs[::2]:
-            at = _at(ts).isoformat()
-            row = {"cluster": CLUSTER, "topic": t, "partition": p, "end_offset": end, "observed_at": at}
-            f.write(json.dumps(row) + "\n")
-    with csv_path.open("w", newline="") as f:  # epoch milliseconds, the cluster from the source
-        w = csv.writer(f)
-        w.writerow(["topic", "partition", "end_offset", "observed_at"])
-        for t, p, end, ts in obs[1::2]:
-            w.writerow([t, p, end, ts])
+    by_time = {ts: [o for o in obs if o[3] == ts] for ts in times}
+    _write_snapshots(files / "first.jsonl", by_time[times[0]])
+    _write_snapshots(files / "then.csv", by_time[times[1]] + by_time[times[3]])
+    _write_snapshots(files / "late.jsonl", by_time[times[2]])
 
     for db in ("bronze", "silver", "gold", "quality"):
         spark.sql(f"DROP SCHEMA IF EXISTS {db} CASCADE")
     tables = Tables(spark, str(base / "lakehouse"))
-    segments = SegmentsSource(kind="segments", cluster=CLUSTER, paths=[str(root)])
+    split = split_log(root, base / "source", 40)
+    segments = SegmentsSource(kind="segments", cluster=CLUSTER, paths=[str(split.source)])
     ingest_segments(spark, tables, "gen", segments, "r0-bronze", "/")
     run_silver(spark, tables, "r0-silver")
-    first = run_gold(spark, tables, "r0-gold")
-    source = DumpSource(
-        kind="dump",
-        cluster=CLUSTER,
-        format="jsonl",
-        paths=["unused"],
-        end_offsets=EndOffsetsFile(kind="file", paths=["snapshots/*.jsonl", "snapshots/ends.csv"]),
+    runs = [run_gold(spark, tables, "r0-gold")]
+    ingested = [
+        ingest_end_offsets(spark, tables, "snap", _snapshot_source("snapshots/first.jsonl"), "r1-bronze", str(base))
+    ]
+    runs.append(run_gold(spark, tables, "r1-gold"))
+    split.grow()
+    ingest_segments(spark, tables, "gen", segments, "r2-bronze", "/")
+    ingested.append(
+        ingest_end_offsets(spark, tables, "snap", _snapshot_source("snapshots/then.csv"), "r2-bronze", str(base))
     )
-    ingested = ingest_end_offsets(spark, tables, "snap", source, "r1-bronze", str(base))
-    second = run_gold(spark, tables, "r1-gold")
+    run_silver(spark, tables, "r2-silver")
+    runs.append(run_gold(spark, tables, "r2-gold"))
+    ingested.append(
+        ingest_end_offsets(spark, tables, "snap", _snapshot_source("snapshots/late.jsonl"), "r3-bronze", str(base))
+    )
+    runs.append(run_gold(spark, tables, "r3-gold"))
     return {
         "root": root,
         "events": events,
@@ -118,11 +142,10 @@ def lag(spark, tmp_path_factory: pytest.TempPathFactory):
         "obs": obs,
         "times": times,
         "tables": tables,
-        "source": source,
+        "source": _snapshot_source("snapshots/*.jsonl", "snapshots/then.csv"),
         "base": base,
-        "first": first,
+        "runs": runs,
         "ingested": ingested,
-        "second": second,
     }
 
 
@@ -152,8 +175,9 @@ def test_current_lag_is_end_minus_committed_and_null_where_unknown(spark, lag):
     values = [v[4] for v in want.values()]
     assert None in values and any(v is not None and v < 0 for v in values) and any(v and v > 0 for v in values)
     # before any end offset was configured or observed, gold skipped lag and made no lag table
-    assert lag["first"].lag["skipped"] and lag["first"].lag["written"] == []
-    assert "current_lag" in lag["second"].lag["written"]
+    first, *later = (run.lag for run in lag["runs"])
+    assert first["skipped"] and first["written"] == []
+    assert all("current_lag" in run["written"] for run in later)
 
 
 def test_lag_history_uses_the_offset_committed_as_of_each_observation(spark, lag):
@@ -161,17 +185,40 @@ def test_lag_history_uses_the_offset_committed_as_of_each_observation(spark, lag
     rows = spark.read.format("delta").load(lag["tables"].path("gold", "lag_history")).collect()
     assert lag_history_rows(rows) == want
     # the history is not just the current state: some group's committed offset changed between
-    # observations, and some observation predates a group's first commit
+    # observations, and some group had no live offset at some observation (none yet, or deleted)
     by_key: dict[tuple, set] = {}
     for (g, t, p, _), (_, committed, _) in want.items():
         by_key.setdefault((g, t, p), set()).add(committed)
-    assert any(len({c for c in v if c is not None}) > 1 for v in by_key.values())
-    assert any(None in v for v in by_key.values())
+    assert any(len(v) > 1 for v in by_key.values())
+    assert len(want) < sum(len({g for g, tt, pp in _ever(lag) if (tt, pp) == (t, p)}) for t, p, _, _ in lag["obs"])
+
+
+def _ever(lag) -> set[tuple[str, str, int]]:
+    exp = json.loads((lag["root"] / "expected-state.json").read_text())
+    return {(o["group"], o["topic"], o["partition"]) for o in [*exp["offsets"], *exp["deleted_offsets"]]}
+
+
+def test_later_runs_compute_only_what_their_inputs_touched(spark, lag):
+    """The first computation is whole; the increment (new commits and observations) and the late
+    snapshot are incremental, the late one recomputing from its own time on, and each wrote fewer
+    rows than the table holds."""
+    _, first, increment, late = (run.lag for run in lag["runs"])
+    assert first["how"] == {"topic_end_offsets": "whole", "current_lag": "whole", "lag_history": "whole"}
+    for run in (increment, late):
+        assert run["how"]["lag_history"] == run["how"]["topic_end_offsets"] == "incremental"
+    total = spark.read.format("delta").load(lag["tables"].path("gold", "lag_history")).count()
+    assert 0 < late["history_rows"] < total and 0 < increment["history_rows"] < total
+    since = datetime.fromisoformat(late["recomputed_since"][CLUSTER].replace("Z", "+00:00"))
+    assert _ms(since) == lag["times"][2]
+    # the late file's observation is the newest no more: current lag kept the latest one
+    ends = spark.read.format("delta").load(lag["tables"].path("gold", "topic_end_offsets")).collect()
+    assert {_ms(r["observed_at"]) for r in ends} == {lag["times"][3]}
 
 
 def test_reading_the_snapshots_again_adds_nothing(spark, lag):
     tables = lag["tables"]
-    assert (lag["ingested"].observations, lag["ingested"].inserted) == (len(lag["obs"]), len(lag["obs"]))
+    counts = [(i.observations, i.inserted) for i in lag["ingested"]]
+    assert [n for n, _ in counts] == [new for _, new in counts] and sum(n for n, _ in counts) == len(lag["obs"])
     path = tables.path("bronze", "end_offsets")
     before = {t: lake.version(spark, tables.path("gold", t)) for t in ("current_lag", "lag_history")}
     again = ingest_end_offsets(spark, tables, "snap", lag["source"], "r2-bronze", str(lag["base"]))
@@ -204,95 +251,3 @@ def test_the_analyst_guides_lag_query(spark, lag):
     rows = spark.sql(fill(guide_queries()["lag-per-group"])).collect()
     assert [tuple(r) for r in rows] == want
     assert any(r[3] for r in want) and any(r[2] is not None for r in want)
-
-
-def _rows(table: pa.Table, columns: list[str]) -> list[tuple]:
-    def order(row: tuple) -> tuple:  # an instant's order, whatever time zone it is shown in
-        return tuple((v is None, v.timestamp() if isinstance(v, datetime) else str(v)) for v in row)
-
-    return sorted((tuple(r[c] for c in columns) for r in table.to_pylist()), key=order)
-
-
-def _same(spark, arrow: pa.Table, frame, columns: list[str]) -> list[tuple]:
-    got, want = _rows(arrow, columns), _rows(frame.toArrow(), columns)
-    assert got == want
-    return got
-
-
-def test_the_driver_computes_what_spark_computes(spark, lag):
-    """The driver's lag (small inputs: what the other tests' lakehouse got) equals Spark's on the
-    same inputs: this module's lakehouse, and made-up rows with a clock that steps back, states
-    without a timestamp, a deleted state, an observation before every state, observations at the
-    same instant, a sub-millisecond observation time and a partition never observed."""
-    tables = lag["tables"]
-    read = {
-        "history": lake.read_arrow(spark, tables.path("gold", "offset_history"), HISTORY_COLUMNS),
-        "observations": lake.read_arrow(spark, tables.path("bronze", "end_offsets"), OBSERVATION_COLUMNS),
-        "offsets": lake.read_arrow(spark, tables.path("gold", "current_offsets"), OFFSET_COLUMNS),
-    }
-    at = _ms(datetime(2026, 1, 1, tzinfo=timezone.utc))
-    made = {
-        "history": pa.table(
-            {
-                "cluster": ["c"] * 6,
-                "topic": ["t"] * 6,
-                "partition": pa.array([0, 0, 0, 0, 0, 1], pa.int32()),
-                "group_id": ["a", "a", "a", "a", "b", "a"],
-                "valid_from_offset": pa.array([10, 20, 30, 40, 15, 5], pa.int64()),
-                "valid_from_timestamp": pa.array([None, at + 1000, at + 900, at + 2000, at + 1500, at], pa.int64()),
-                "committed_offset": pa.array([5, 7, 8, 8, 3, 1], pa.int64()),
-                "deleted": [False, False, False, True, False, False],
-            }
-        ),
-        "observations": pa.table(
-            {
-                "cluster": ["c"] * 7,
-                "topic": ["t"] * 7,
-                "partition": pa.array([0, 0, 0, 0, 0, 0, 1], pa.int32()),
-                "observed_at": pa.array(
-                    [round((at + ms) * 1000) for ms in (500, 950, 1200, 1500.7, 2500, 2500, 100)],
-                    pa.timestamp("us", "UTC"),
-                ),
-                "end_offset": pa.array([20, 30, 40, 50, 60, 61, 9], pa.int64()),
-            }
-        ),
-        "offsets": pa.table(
-            {
-                "cluster": ["c"] * 4,
-                "group_id": ["a", "b", "d", "e"],
-                "topic": ["t", "t", "t", "t"],
-                "partition": pa.array([0, 0, 2, 0], pa.int32()),
-                "committed_offset": pa.array([8, 3, 4, 2], pa.int64()),
-                "commit_timestamp": pa.array([at + 900, at + 1500, at, at], pa.int64()),
-                "deleted": [False, False, False, True],
-            }
-        ),
-    }
-    history_columns = [*KEYS["lag_history"], "end_offset", "committed_offset", "lag"]
-    current_columns = [*KEYS["current_lag"], "committed_offset", "end_offset", "end_offset_observed_at", "lag"]
-    for inputs in (read, made):
-        frames = {name: spark.createDataFrame(rows) for name, rows in inputs.items()}
-        history = _same(
-            spark,
-            lag_history_arrow(inputs["history"], inputs["observations"]),
-            lag_history(frames["history"], frames["observations"]),
-            history_columns,
-        )
-        current = _same(
-            spark,
-            current_lag_arrow(inputs["offsets"], inputs["observations"]),
-            current_lag(frames["offsets"], frames["observations"]),
-            current_columns,
-        )
-        assert len(history) == lag_history_pairs(inputs["history"], inputs["observations"])
-    # the made-up rows: committed offsets as of each observation (group a, then b, per instant)
-    committed = {(r[1], r[3], round(r[4].timestamp() * 1000 - at, 1)): r[6] for r in history}
-    assert committed == {
-        ("a", 0, 500): 5, ("b", 0, 500): None,  # a's state without a timestamp; b had none yet
-        ("a", 0, 950): 8, ("b", 0, 950): None,  # a's offset-30 state, timestamped before offset 20's
-        ("a", 0, 1200): 8, ("b", 0, 1200): None,
-        ("a", 0, 1500.7): 8, ("b", 0, 1500.7): 3,  # 1500.7 ms: b's state at 1500 counts
-        ("a", 0, 2500): None, ("b", 0, 2500): 3,  # a deleted (two observations at 2500)
-        ("a", 1, 100): 1,
-    }  # fmt: skip
-    assert [(r[1], r[4], r[5]) for r in current] == [("a", 8, 61), ("b", 3, 61), ("d", 4, None)]

@@ -34,8 +34,8 @@ def committed_as_of(root: Path, log_events: list[dict], t: int) -> dict[tuple[st
 
 def expected_lag_history(root: Path, observations: list[tuple[str, int, int, int]]) -> LagRows:
     """gold.lag_history's rows for ``observations`` (topic, partition, end_offset, observed_at ms):
-    each observation with every group that ever committed to its partition, and the offset that
-    group had committed as of the observation (None: none yet, or deleted)."""
+    each observation with every group that had a live committed offset for its partition as of
+    the observation, and that offset."""
     exp = json.loads((root / "expected-state.json").read_text())
     ever = {(o["group"], o["topic"], o["partition"]) for o in exp["offsets"]}
     ever |= {(d["group"], d["topic"], d["partition"]) for d in exp["deleted_offsets"]}
@@ -46,7 +46,8 @@ def expected_lag_history(root: Path, observations: list[tuple[str, int, int, int
         for g, tt, pp in ever:
             if (tt, pp) == (t, p):
                 committed = as_of[ts].get((g, t, p))
-                want[(g, t, p, ts)] = (end, committed, None if committed is None else end - committed)
+                if committed is not None:  # none yet, or deleted: no row
+                    want[(g, t, p, ts)] = (end, committed, end - committed)
     return want
 
 

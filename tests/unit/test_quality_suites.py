@@ -34,6 +34,7 @@ REQUIRED_SUITES = {
     "gold.truth_snapshot",
     "gold.current_lag",
     "gold.lag_history",
+    "gold.topic_end_offsets",
     "silver.group_members",
     "silver.tombstones",
     "silver.version_inventory",
