@@ -260,10 +260,12 @@ def load_average() -> list[float]:
 
 
 def machine() -> dict[str, Any]:
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "pipelines"], capture_output=True, text=True)
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True).stdout.strip()
+
+    commit, dirty = git("rev-parse", "--short", "HEAD"), git("status", "--porcelain", "pipelines")
     return {
-        "commit": commit.stdout.strip() + ("+dirty" if dirty.stdout.strip() else ""),
+        "commit": commit + ("+dirty" if dirty else ""),
         "host": platform.node(),
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
