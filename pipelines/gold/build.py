@@ -58,7 +58,7 @@ from pipelines.gold.buckets import (
 from pipelines.gold.engine import DEFAULT_RETENTION_MS, PartitionInput
 from pipelines.gold.engine import replay as replay_partition
 from pipelines.gold.events import SOURCE_TABLES, partition_events, read_schemas
-from pipelines.gold.lag import LAG_TABLES, build_lag
+from pipelines.gold.lag import LAG_TABLES, build_lag, drop_outdated_lag
 from pipelines.gold.plan import PART, Pair, Plan, make_plan, progress_rows
 from pipelines.runtime import blobs, faults, lake, taskwrite
 from pipelines.runtime.files import read_parquet
@@ -976,9 +976,9 @@ def _replay(
     soft_delete_retention_days: float | None,
 ) -> GoldResult:
     full_refresh = _rebuild_if_outdated(spark, tables) or full_refresh
+    drop_outdated_lag(spark, tables)
     for table in tables.specs["gold"]:
-        if table not in LAG_TABLES:  # lag.py creates its tables once there is lag to keep
-            tables.ensure("gold", table)  # a first run creates them
+        tables.ensure("gold", table)  # a first run creates them
     result = GoldResult(mode="full refresh" if full_refresh else "incremental")
     with result.steps("plan"):
         plan = make_plan(spark, tables, full_refresh)

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from pipelines.runtime.config import KafkaSource
     from pipelines.runtime.tables import Tables
 
-__all__ = ["LAG_TABLES", "LagResult", "build_lag"]
+__all__ = ["LAG_TABLES", "LagResult", "build_lag", "drop_outdated_lag"]
 
 log = logging.getLogger("offsets_lakehouse")
 
@@ -361,7 +361,7 @@ def _fetch_admin(
             log.debug("lag: %s: no end offset for %s (lag unknown)", name, u)
 
 
-def _drop_outdated(spark: SparkSession, tables: Tables) -> None:
+def drop_outdated_lag(spark: SparkSession, tables: Tables) -> None:
     """Lag tables an older version laid out otherwise are dropped: they are computed whole again
     from bronze.end_offsets and gold's tables."""
     for table in LAG_TABLES:
@@ -389,7 +389,7 @@ def build_lag(
         result.skipped = True
         return result
     tables.ensure("bronze", "end_offsets")
-    _drop_outdated(spark, tables)
+    drop_outdated_lag(spark, tables)
     for table in LAG_TABLES:
         tables.ensure("gold", table)
     versions = {name: lake.version(spark, tables.path(*name.split(".", 1))) for name in (ENDS, CURRENT, HISTORY)}
