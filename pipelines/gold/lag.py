@@ -80,6 +80,7 @@ class LagResult:
     # per table: "incremental" (what the inputs' new commits touched) or "whole" (no computation to build on)
     how: dict[str, str] = field(default_factory=dict)
     history_rows: int = 0  # lag_history rows this run wrote
+    history_windows: int = 0  # and in how many commits
     recomputed_since: dict[str, str | None] = field(default_factory=dict)  # cluster -> earliest time recomputed
     steps: Steps = field(default_factory=lambda: Steps("lag"))
 
@@ -223,30 +224,32 @@ def _recompute_from(changed: pa.Table, new: pa.Table) -> dict[str, int | None]:
 def _lag_history(spark: SparkSession, tables: Tables, inputs: dict[str, Any], result: LagResult) -> None:
     path = tables.path("gold", "lag_history")
     ends_path = tables.path("bronze", "end_offsets")
-    history_path = tables.path("gold", "offset_history")
     prior = _metadata(spark, path)
     ends_schema = tables.spec("bronze", "end_offsets").arrow()
     observations = pa.schema([ends_schema.field(c) for c in OBSERVATION_COLUMNS])
     new = _added_rows(ends_path, prior, inputs[ENDS], observations)
-    changed = _changed_states(history_path, prior, inputs[HISTORY]) if new is not None else None
-    spec = tables.spec("gold", "lag_history")
+    changed = (
+        _changed_states(tables.path("gold", "offset_history"), prior, inputs[HISTORY]) if new is not None else None
+    )
     if changed is None:
         result.how["lag_history"] = "whole"
-        _whole_history(spark, tables, inputs, result)
-        return
-    result.how["lag_history"] = "incremental"
-    since = _recompute_from(changed, new)
+        clusters = _clusters(spark, ends_path)
+        since: dict[str, int | None] = dict.fromkeys(clusters)
+        predicate = "true"
+    else:
+        result.how["lag_history"] = "incremental"
+        since = _recompute_from(changed, new)
+        predicate = " OR ".join(f"({_since_predicate(c, us)})" for c, us in sorted(since.items())) or None
     result.recomputed_since = {c: None if us is None else _iso(us) for c, us in since.items()}
-    parts, where = [], []
-    for cluster, us in sorted(since.items()):
-        parts.append(_rows_since(spark, tables, cluster, us))
-        where.append(_since_predicate(cluster, us))
-    rows = pa.concat_tables(parts) if parts else _with_date(asof.no_rows(), spec)
-    result.history_rows = rows.num_rows
-    # one commit: the rows from each cluster's earliest changed time on, replaced; none when
-    # nothing changed (the commit then only records the inputs)
-    predicate = " OR ".join(f"({w})" for w in where) if where else None
-    lake.write_rows(spark, rows, path, spec.struct(), predicate, {INPUTS_KEY: inputs})
+    _write_windows(spark, tables, since, predicate, inputs, result)
+
+
+def _clusters(spark: SparkSession, path: str) -> list[str]:
+    """The clusters a table holds, from its partition values (every table here is partitioned by cluster)."""
+    actions = lake.add_actions(path)
+    if actions is not None and "partition.cluster" in actions.column_names:
+        return sorted(set(actions["partition.cluster"].to_pylist()))
+    return sorted(set(_read(spark, path, ["cluster"], ds.scalar(True), "true")["cluster"].to_pylist()))
 
 
 def _since_predicate(cluster: str, us: int | None) -> str:
@@ -256,14 +259,81 @@ def _since_predicate(cluster: str, us: int | None) -> str:
     return f"cluster = {sql_str(cluster)} AND observed_date >= '{day}' AND observed_at >= '{_iso(us)}'"
 
 
-def _rows_since(spark: SparkSession, tables: Tables, cluster: str, us: int | None) -> pa.Table:
-    """The lag rows of ``cluster`` at or after ``us`` (None: every time), with their day."""
+def _observations_since(spark: SparkSession, tables: Tables, cluster: str, us: int | None) -> pa.Table:
+    """The observations of ``cluster`` at or after ``us`` (None: all), in time order."""
     where, where_sql = _cluster_is(cluster)
     if us is not None:
         where = where & (ds.field("observed_at") >= pa.scalar(us, pa.timestamp("us", "UTC")))
         where_sql += f" AND observed_at >= '{_iso(us)}'"
     obs = _read(spark, tables.path("bronze", "end_offsets"), OBSERVATION_COLUMNS, where, where_sql)
-    return _window(spark, tables, cluster, obs)
+    return obs.sort_by([("observed_at", "ascending"), ("topic", "ascending"), ("partition", "ascending")])
+
+
+def _windows(spark: SparkSession, tables: Tables, cluster: str, obs: pa.Table) -> list[pa.Table]:
+    """``obs`` (one cluster's, in time and partition order) cut into windows of about :data:`ROWS_PER_WINDOW`
+    lag rows (estimated from the groups each partition has now), an instant never cut."""
+    if obs.num_rows == 0:
+        return []
+    where, where_sql = _cluster_is(cluster)
+    keys = _read(
+        spark,
+        tables.path("gold", "offset_history"),
+        [*asof.PARTITION_KEY, "group_id", "is_current"],
+        where & ds.field("is_current"),
+        f"{where_sql} AND is_current",
+    )
+    per_partition = keys.group_by(asof.PARTITION_KEY, use_threads=False).aggregate([("group_id", "count")])
+    order = pa.array(np.arange(obs.num_rows, dtype=np.int64))
+    weighed = obs.append_column("_n", order).join(per_partition, asof.PARTITION_KEY, join_type="left outer")
+    weighed = weighed.take(pc.sort_indices(weighed["_n"]))
+    weight = np.cumsum(weighed["group_id_count"].fill_null(0).to_numpy(zero_copy_only=False))
+    times = _micros(obs["observed_at"])
+    topics, partitions = obs["topic"].to_pylist(), obs["partition"].to_pylist()
+
+    def same(i: int) -> bool:  # one partition's observations at one instant stay together (the larger end wins)
+        return times[i] == times[i - 1] and topics[i] == topics[i - 1] and partitions[i] == partitions[i - 1]
+
+    out, start = [], 0
+    while start < obs.num_rows:
+        base = weight[start - 1] if start else 0
+        stop = max(int(np.searchsorted(weight, base + ROWS_PER_WINDOW, side="right")), start + 1)
+        while stop < obs.num_rows and same(stop):
+            stop += 1
+        out.append(obs.slice(start, stop - start))
+        start = stop
+    return out
+
+
+def _write_windows(
+    spark: SparkSession,
+    tables: Tables,
+    since: dict[str, int | None],
+    predicate: str | None,
+    inputs: dict[str, Any],
+    result: LagResult,
+) -> None:
+    """The lag rows of each cluster from its ``since`` on, written over the rows ``predicate``
+    matches: one commit when they fit one window (the common case: a run's new observations);
+    else the first window's commit replaces, the others append and the last records the inputs
+    (a run killed in between finds no inputs recorded and computes the table whole)."""
+    path = tables.path("gold", "lag_history")
+    spec = tables.spec("gold", "lag_history")
+    windows = [
+        (cluster, w)
+        for cluster, us in sorted(since.items())
+        for w in _windows(spark, tables, cluster, _observations_since(spark, tables, cluster, us))
+    ]
+    if not windows:  # nothing to add; the rows in range (if any) go, and the inputs are recorded
+        lake.write_rows(spark, _with_date(asof.no_rows(), spec), path, spec.struct(), predicate, {INPUTS_KEY: inputs})
+        return
+    for i, (cluster, obs) in enumerate(windows):
+        rows = _window(spark, tables, cluster, obs)
+        last = i == len(windows) - 1
+        lake.write_rows(
+            spark, rows, path, spec.struct(), predicate if i == 0 else None, {INPUTS_KEY: inputs} if last else None
+        )
+        result.history_rows += rows.num_rows
+        result.history_windows += 1
 
 
 def _window(spark: SparkSession, tables: Tables, cluster: str, obs: pa.Table) -> pa.Table:
@@ -287,55 +357,6 @@ def _window(spark: SparkSession, tables: Tables, cluster: str, obs: pa.Table) ->
 def _with_date(rows: pa.Table, spec: Any) -> pa.Table:
     day = pc.cast(rows["observed_at"], pa.date32()) if rows.num_rows else pa.array([], pa.date32())
     return rows.append_column("observed_date", day).select(spec.arrow().names).cast(spec.arrow())
-
-
-def _whole_history(spark: SparkSession, tables: Tables, inputs: dict[str, Any], result: LagResult) -> None:
-    """lag_history computed from every observation: windows of observations in time order, each
-    with the states it needs, written a window per commit (the first replaces the table, the last
-    records the inputs: a run killed between them computes the table whole again)."""
-    path = tables.path("gold", "lag_history")
-    spec = tables.spec("gold", "lag_history")
-    ends = _read(spark, tables.path("bronze", "end_offsets"), OBSERVATION_COLUMNS, ds.scalar(True), "true")
-    keys = _read(
-        spark,
-        tables.path("gold", "offset_history"),
-        [*asof.PARTITION_KEY, "group_id", "is_current"],
-        ds.field("is_current"),
-        "is_current",
-    )
-    # groups per topic partition now: an estimate of a window's rows (the keys ever seen)
-    per_partition = keys.group_by(asof.PARTITION_KEY, use_threads=False).aggregate([("group_id", "count")])
-    weighed = ends.join(per_partition, asof.PARTITION_KEY, join_type="left outer")
-    first = True
-    for cluster in sorted(set(ends["cluster"].to_pylist())):
-        mine = weighed.filter(pc.equal(weighed["cluster"], cluster))
-        mine = mine.take(pc.sort_indices(mine["observed_at"]))
-        weight = np.cumsum(mine["group_id_count"].fill_null(0).to_numpy(zero_copy_only=False))
-        start = 0
-        while start < mine.num_rows:
-            base = weight[start - 1] if start else 0
-            stop = int(np.searchsorted(weight, base + ROWS_PER_WINDOW, side="right"))
-            stop = _instant_end(mine, max(stop, start + 1))
-            rows = _window(spark, tables, cluster, mine.slice(start, stop - start).select(OBSERVATION_COLUMNS))
-            lake.write_rows(spark, rows, path, spec.struct(), "true" if first else None)
-            first = False
-            result.history_rows += rows.num_rows
-            start = stop
-    if first:  # no observation at all: the table emptied
-        lake.write_rows(spark, _with_date(asof.no_rows(), spec), path, spec.struct(), "true")
-    lake.write_rows(spark, _with_date(asof.no_rows(), spec), path, spec.struct(),
-                    None, {INPUTS_KEY: inputs})  # fmt: skip
-
-
-def _instant_end(obs: pa.Table, stop: int) -> int:
-    """``stop`` moved past the observations at the same instant as the one before it: an instant's
-    observations are computed together (asof keeps the larger end of two at one instant)."""
-    if stop >= obs.num_rows:
-        return obs.num_rows
-    times = _micros(obs["observed_at"])
-    while stop < obs.num_rows and times[stop] == times[stop - 1]:
-        stop += 1
-    return stop
 
 
 # -- the stage's part ----------------------------------------------------------------------------------
