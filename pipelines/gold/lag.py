@@ -27,6 +27,7 @@ out by an older version) computes the table whole, in windows of bounded size.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -130,7 +131,16 @@ def _added_rows(path: str, since: dict[str, Any] | None, upto: int | None, schem
         return schema.empty_table()
     changes = deltalog.changed_files(path, since[ENDS], upto)
     # an observation a retention removed stays the latest known (and in lag_history) until a newer one
-    return None if changes is None else deltalog.read_rows(changes.added, schema)
+    return None if changes is None else _rows_of(changes.added, schema)
+
+
+def _rows_of(files: Sequence[deltalog.FileChange], schema: pa.Schema) -> pa.Table | None:
+    """The files' rows; None when one is gone (vacuumed since): the caller computes whole."""
+    try:
+        return deltalog.read_rows(files, schema)
+    except FileNotFoundError as exc:
+        log.debug("lag: a file of the range is gone (%s): computed whole", exc)
+        return None
 
 
 # -- the tables ----------------------------------------------------------------------------------------
@@ -185,8 +195,10 @@ def _changed_states(path: str, since: dict[str, Any] | None, upto: int | None) -
     if changes is None:
         return None
     schema = pa.schema([f for f in _history_schema(path) if f.name in IDENTITY])
-    added = deltalog.read_rows(changes.added, schema).select(IDENTITY)
-    removed = deltalog.read_rows(changes.removed, schema).select(IDENTITY)
+    added, removed = _rows_of(changes.added, schema), _rows_of(changes.removed, schema)
+    if added is None or removed is None:
+        return None
+    added, removed = added.select(IDENTITY), removed.select(IDENTITY)
     # rows in one and not the other (a state's identity is unique per key: a multiset is a set here)
     added, removed = (t.cast(pa.schema([f.with_nullable(True) for f in t.schema])) for t in (added, removed))
     only_added = added.join(removed, IDENTITY, join_type="left anti") if removed.num_rows else added
